@@ -1,0 +1,200 @@
+"""Registering PyTorch's PrivateUse1 backend as ``pjrt``, and the ``torch.pjrt`` module."""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from torch_pjrt import random as pjrt_random
+from torch_pjrt import runtime
+
+__all__ = ["register"]
+
+_lock = threading.Lock()
+_registered = False
+
+
+def _index(device=None) -> int:
+    if device is None:
+        return pjrt_random.current_device()
+    if isinstance(device, int):
+        return device
+    device = torch.device(device)
+    if device.type != "pjrt":
+        raise ValueError(f"Expected a pjrt device, got {device}")
+    return device.index if device.index is not None else pjrt_random.current_device()
+
+
+class DeviceModule:
+    """``torch.pjrt``: the device API, mirroring ``torch.cuda``."""
+
+    @staticmethod
+    def is_available() -> bool:
+        """True when a PJRT platform with at least one device is found."""
+        try:
+            return runtime.device_count() > 0
+        except runtime.PlatformError:
+            return False
+
+    @staticmethod
+    def is_initialized() -> bool:
+        return runtime.is_initialized()
+
+    @staticmethod
+    def _is_in_bad_fork() -> bool:
+        return False
+
+    @staticmethod
+    def _lazy_init() -> None:
+        runtime.init()
+
+    @staticmethod
+    def device_count() -> int:
+        """Number of devices of the chosen platform."""
+        return runtime.device_count()
+
+    @staticmethod
+    def current_device() -> int:
+        return pjrt_random.current_device()
+
+    @staticmethod
+    def set_device(device) -> None:
+        """Make ``pjrt:device`` the default pjrt device of this thread's process."""
+        index = _index(device)
+        runtime.device(index)
+        pjrt_random.set_current_device(index)
+
+    @staticmethod
+    def synchronize(device=None) -> None:
+        """Wait for all work queued on the device (every live pjrt array)."""
+        import jax
+
+        from torch_pjrt.diagnostics import metrics
+
+        metrics.host_sync()
+        dev = runtime.device(_index(device))
+        for array in jax.live_arrays(dev.platform):
+            if dev in array.devices():
+                array.block_until_ready()
+
+    @staticmethod
+    def get_device_name(device=None) -> str:
+        return runtime.device(_index(device)).device_kind
+
+    @staticmethod
+    def get_device_properties(device=None):
+        from torch_pjrt.runtime.properties import properties
+
+        return properties(runtime.device(_index(device)))
+
+    @staticmethod
+    def get_device_capability(device=None) -> tuple[int, int]:
+        return (0, 0)
+
+    @staticmethod
+    def manual_seed(seed: int) -> None:
+        """Seed the current pjrt device's RNG."""
+        pjrt_random.manual_seed(seed, pjrt_random.current_device())
+
+    @staticmethod
+    def manual_seed_all(seed: int) -> None:
+        """Seed every pjrt device's RNG (``torch.manual_seed`` calls this)."""
+        pjrt_random.manual_seed_all(seed)
+
+    @staticmethod
+    def seed() -> None:
+        import random
+
+        DeviceModule.manual_seed(random.getrandbits(63))
+
+    @staticmethod
+    def seed_all() -> None:
+        import random
+
+        DeviceModule.manual_seed_all(random.getrandbits(63))
+
+    @staticmethod
+    def initial_seed() -> int:
+        return pjrt_random.initial_seed(pjrt_random.current_device())
+
+    @staticmethod
+    def get_rng_state(device="pjrt") -> torch.Tensor:
+        return pjrt_random.get_rng_state(_index(device))
+
+    @staticmethod
+    def set_rng_state(new_state: torch.Tensor, device="pjrt") -> None:
+        pjrt_random.set_rng_state(new_state, _index(device))
+
+    @staticmethod
+    def get_rng_state_all() -> list:
+        return [pjrt_random.get_rng_state(i) for i in range(runtime.device_count())]
+
+    @staticmethod
+    def set_rng_state_all(new_states) -> None:
+        for i, state in enumerate(new_states):
+            pjrt_random.set_rng_state(state, i)
+
+    @staticmethod
+    def memory_stats(device=None) -> dict:
+        from torch_pjrt.runtime.properties import memory_stats
+
+        return memory_stats(runtime.device(_index(device)))
+
+    @staticmethod
+    def memory_allocated(device=None) -> int:
+        return DeviceModule.memory_stats(device).get("allocated_bytes.all.current", 0)
+
+    @staticmethod
+    def max_memory_allocated(device=None) -> int:
+        return DeviceModule.memory_stats(device).get("allocated_bytes.all.peak", 0)
+
+    @staticmethod
+    def memory_reserved(device=None) -> int:
+        return DeviceModule.memory_stats(device).get("reserved_bytes.all.current", 0)
+
+    @staticmethod
+    def reset_peak_memory_stats(device=None) -> None:
+        from torch_pjrt.runtime.properties import reset_peak
+
+        reset_peak(runtime.device(_index(device)))
+
+    @staticmethod
+    def empty_cache() -> None:
+        return None
+
+
+class _Hooks(torch._C._acc.PrivateUse1Hooks):
+    def is_available(self) -> bool:
+        return True
+
+    def has_primary_context(self, dev_id) -> bool:
+        return True
+
+    def is_built(self) -> bool:
+        return True
+
+
+class _Guard(torch._C._acc.DeviceGuard):
+    def type_(self):
+        return torch._C._autograd.DeviceType.PrivateUse1
+
+
+def register() -> None:
+    """Register ``pjrt`` as PyTorch's PrivateUse1 backend; idempotent."""
+    global _registered
+    with _lock:
+        if _registered:
+            return
+        if torch._C._get_privateuse1_backend_name() == "pjrt" and hasattr(torch, "pjrt"):
+            _registered = True
+            return
+        from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+
+        _setup_privateuseone_for_python_backend(
+            "pjrt", backend_module=DeviceModule, hook=_Hooks(), device_guard=_Guard()
+        )
+        from torch_pjrt import ops
+
+        ops.install()
+        _registered = True

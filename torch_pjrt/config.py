@@ -1,0 +1,68 @@
+"""One configuration object; every field can come from a ``TORCH_PJRT_*`` variable."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+
+__all__ = ["Config", "config", "settings"]
+
+
+def _env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() not in ("", "0", "false", "no", "off")
+
+
+@dataclasses.dataclass
+class Config:
+    """Settings of torch_pjrt.
+
+    Attributes:
+        fallback: what an op without a lowering does: ``"cpu"`` runs it on the CPU
+            with a one-time warning per op, ``"error"`` raises (``TORCH_PJRT_FALLBACK``).
+        cpu_devices: number of devices on JAX's CPU platform, or None for JAX's
+            default (``TORCH_PJRT_CPU_DEVICES``); read when the runtime starts.
+        platform: the PJRT platform to use, or None for the best one found
+            (``PJRT_DEVICE``, then ``TORCH_PJRT_PLATFORM``).
+    """
+
+    fallback: str = "cpu"
+    cpu_devices: int | None = None
+    platform: str | None = None
+
+    @classmethod
+    def from_env(cls) -> Config:
+        cpu_devices = os.environ.get("TORCH_PJRT_CPU_DEVICES")
+        platform = os.environ.get("PJRT_DEVICE") or os.environ.get("TORCH_PJRT_PLATFORM")
+        return cls(
+            fallback=os.environ.get("TORCH_PJRT_FALLBACK", "cpu").strip().lower() or "cpu",
+            cpu_devices=int(cpu_devices) if cpu_devices else None,
+            platform=platform or None,
+        )
+
+
+settings = Config.from_env()
+
+
+@contextlib.contextmanager
+def config(**overrides):
+    """Override settings inside a ``with`` block.
+
+    Example:
+        >>> with torch_pjrt.config(fallback="error"):
+        ...     y = x.to("pjrt") + 1
+    """
+    unknown = set(overrides) - {f.name for f in dataclasses.fields(Config)}
+    if unknown:
+        raise TypeError(f"torch_pjrt.config() got unknown settings: {sorted(unknown)}")
+    saved = {name: getattr(settings, name) for name in overrides}
+    for name, value in overrides.items():
+        setattr(settings, name, value)
+    try:
+        yield settings
+    finally:
+        for name, value in saved.items():
+            setattr(settings, name, value)

@@ -1,0 +1,242 @@
+"""Backend primitives that work on tensors, not arrays: allocation, views, copies.
+
+These are registered as raw PrivateUse1 kernels (``@implements``); every other op
+goes through the lowering registry.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import torch
+from torch._C import DispatchKey, DispatchKeySet
+
+from torch_pjrt import random as pjrt_random
+from torch_pjrt import runtime
+from torch_pjrt.diagnostics import metrics
+from torch_pjrt.ops.registry import implements
+from torch_pjrt.runtime.transfer import jax_dtype
+from torch_pjrt.tensor import cell_of, new_tensor, read, resize_cell, write
+
+aten = torch.ops.aten
+_META = DispatchKeySet(DispatchKey.Meta)
+
+
+def _index(device) -> int:
+    if device is None:
+        return pjrt_random.current_device()
+    device = torch.device(device)
+    index = device.index if device.index is not None else pjrt_random.current_device()
+    runtime.device(index)  # raises on an invalid ordinal
+    return index
+
+
+def _contiguous_strides(shape) -> tuple:
+    strides, acc = [], 1
+    for size in reversed(shape):
+        strides.append(acc)
+        acc *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+def _storage_size(shape, strides) -> int:
+    if any(s == 0 for s in shape):
+        return 0
+    return 1 + sum((size - 1) * stride for size, stride in zip(shape, strides))
+
+
+def _check_dtype(dtype: torch.dtype) -> None:
+    jax_dtype(dtype)  # raises TypeError naming the dtype and platform
+
+
+def _restride(t: torch.Tensor, shape, strides, offset: int = 0) -> torch.Tensor:
+    aten.set_.source_Storage_storage_offset.redispatch(
+        _META, t, t.untyped_storage(), offset, shape, strides
+    )
+    return t
+
+
+def empty_strided_tensor(shape, strides, dtype, index) -> torch.Tensor:
+    shape, strides = tuple(shape), tuple(strides)
+    _check_dtype(dtype)
+    if strides == _contiguous_strides(shape):
+        return new_tensor(shape, dtype, index)
+    t = new_tensor((_storage_size(shape, strides),), dtype, index)
+    return _restride(t, shape, strides)
+
+
+@implements(aten.empty.memory_format)
+def empty(
+    size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None
+):
+    dtype = dtype or torch.get_default_dtype()
+    shape = tuple(size)
+    if any(s < 0 for s in shape):
+        raise RuntimeError(f"Trying to create tensor with negative dimension: {list(shape)}")
+    if memory_format in (torch.channels_last, torch.channels_last_3d) and len(shape) in (4, 5):
+        strides = torch.empty(shape, device="meta", memory_format=memory_format).stride()
+        return empty_strided_tensor(shape, strides, dtype, _index(device))
+    _check_dtype(dtype)
+    return new_tensor(shape, dtype, _index(device))
+
+
+@implements(aten.empty_strided.default)
+def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    return empty_strided_tensor(size, stride, dtype or torch.get_default_dtype(), _index(device))
+
+
+def _meta_view(op):
+    def kernel(*args, **kwargs):
+        return op.redispatch(_META, *args, **kwargs)
+
+    return kernel
+
+
+def register_meta_views(implements_fn) -> None:
+    """View primitives: PyTorch's Meta kernels make genuine views sharing the storage."""
+    for op in (
+        aten.as_strided.default,
+        aten.view.default,
+        aten._reshape_alias.default,
+        aten.unfold.default,
+        aten.view_as_real.default,
+        aten.view_as_complex.default,
+        aten.as_strided_.default,
+        aten.set_.source_Storage,
+        aten.set_.source_Storage_storage_offset,
+        aten.set_.source_Tensor,
+        aten.set_.default,
+    ):
+        implements_fn(op)(_meta_view(op))
+
+
+register_meta_views(implements)
+
+
+@implements(aten.view.dtype)
+def view_dtype(self, dtype):
+    if dtype.itemsize != self.dtype.itemsize:
+        raise NotImplementedError(
+            f"pjrt: viewing a {self.dtype} tensor as {dtype} (a different element size) is "
+            "not supported yet"
+        )
+    return aten.view.dtype.redispatch(_META, self, dtype)
+
+
+@implements(aten.resize_.default)
+def resize_(self, size, memory_format=None):
+    shape = tuple(size)
+    strides = _contiguous_strides(shape)
+    needed = self.storage_offset() + _storage_size(shape, strides)
+    resize_cell(self, needed)
+    return _restride(self, shape, strides, self.storage_offset())
+
+
+def _to_device(value: jax.Array, index: int) -> jax.Array:
+    return jax.device_put(value, runtime.device(index))
+
+
+def _host_value(src: torch.Tensor, dtype: torch.dtype, shape, index: int) -> jax.Array:
+    """A CPU tensor as a JAX array on pjrt:index, cast and broadcast to dtype and shape."""
+    value = runtime.from_host(src.contiguous(), runtime.device(index))
+    with jax.enable_x64(True):
+        if value.dtype != jax_dtype(dtype):
+            value = value.astype(jax_dtype(dtype))
+        if tuple(value.shape) != tuple(shape):
+            value = jnp.broadcast_to(value, shape)
+    return value
+
+
+@implements(aten.copy_.default)
+def copy_(self, src, non_blocking=False):
+    if self.device.type == "pjrt":
+        index = self.device.index or 0
+        if src.device.type == "pjrt":
+            value = read(src)
+            if (src.device.index or 0) != index:
+                metrics.count("transfers_device_to_device")
+                value = _to_device(value, index)
+            with jax.enable_x64(True):
+                value = value.astype(jax_dtype(self.dtype))
+                if tuple(value.shape) != tuple(self.shape):
+                    value = jnp.broadcast_to(value, tuple(self.shape))
+        else:
+            value = _host_value(src, self.dtype, self.shape, index)
+        write(self, value)
+        return self
+    # pjrt -> cpu (or another backend): bring the source to the host first
+    host = runtime.to_host(read(src), src.dtype)
+    return self.copy_(host)
+
+
+@implements(aten._copy_from.default)
+def _copy_from(self, dst, non_blocking=False):
+    return copy_(dst, self, non_blocking)
+
+
+@implements(aten._copy_from_and_resize.default)
+def _copy_from_and_resize(self, dst):
+    if tuple(dst.shape) != tuple(self.shape):
+        dst.resize_(self.shape)
+    return copy_(dst, self)
+
+
+@implements(aten._to_copy.default)
+def _to_copy(
+    self,
+    dtype=None,
+    layout=None,
+    device=None,
+    pin_memory=None,
+    non_blocking=False,
+    memory_format=None,
+):
+    dtype = dtype or self.dtype
+    target = torch.device(device) if device is not None else self.device
+    if target.type == "pjrt":
+        index = _index(target)
+        if self.device.type == "pjrt":
+            value = read(self)
+            if (self.device.index or 0) != index:
+                metrics.count("transfers_device_to_device")
+                value = _to_device(value, index)
+            with jax.enable_x64(True):
+                value = value.astype(jax_dtype(dtype))
+        else:
+            _check_dtype(dtype)
+            value = _host_value(self, dtype, self.shape, index)
+        return new_tensor(self.shape, dtype, index, value)
+    # to the CPU (or another backend)
+    host = runtime.to_host(read(self), self.dtype)
+    if host.dtype != dtype or target.type != "cpu":
+        host = host.to(dtype=dtype, device=target)
+    if pin_memory:
+        host = host.pin_memory()
+    return host
+
+
+@implements(aten._local_scalar_dense.default)
+def _local_scalar_dense(self):
+    value = runtime.to_host(read(self), self.dtype)
+    return value.item()
+
+
+@implements(aten.is_pinned.default)
+def is_pinned(self, device=None):
+    return False
+
+
+@implements(aten.record_stream.default)
+def record_stream(self, s):
+    return None
+
+
+def storage_bytes(t: torch.Tensor) -> int:
+    cell = cell_of(t)
+    return cell.size * cell.dtype.itemsize
+
+
+__all__ = ["empty_strided_tensor", "storage_bytes"]
+del math

@@ -1,0 +1,388 @@
+"""The one lowering registry: ATen overload -> function of JAX arrays.
+
+A lowering is a plain function registered with :func:`lowers`. It takes the op's
+schema arguments by name (JAX arrays for tensors, JAX scalars for ``Scalar``
+arguments, Python values for everything else) and returns JAX arrays. Everything
+about PyTorch tensors happens here, at the dispatch boundary: reading the storage
+cells, checking devices, jitting and caching one program per static signature,
+wrapping the results. In-place and ``out=`` variants are derived from the schema.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import keyword
+import logging
+import warnings
+from typing import Callable
+
+import jax
+import torch
+from torch._ops import OpOverload, OpOverloadPacket
+
+from torch_pjrt import random as pjrt_random
+from torch_pjrt import runtime
+from torch_pjrt.diagnostics import metrics
+from torch_pjrt.tensor import read, wrap, write
+
+log = logging.getLogger("torch_pjrt")
+aten = torch.ops.aten
+
+__all__ = ["LoweringMissing", "Lowering", "lowers", "lookup", "table"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Lowering:
+    fn: Callable
+    random: bool = False
+
+
+_TABLE: dict[OpOverload, Lowering] = {}
+
+
+def _is_functional(op: OpOverload) -> bool:
+    schema = op._schema
+    return not schema.is_mutable and not any(r.alias_info for r in schema.returns)
+
+
+def _overloads(op) -> list[OpOverload]:
+    if isinstance(op, OpOverload):
+        return [op]
+    if isinstance(op, OpOverloadPacket):
+        found = [getattr(op, name) for name in op.overloads()]
+        return [o for o in found if _is_functional(o)]
+    raise TypeError(f"lowers() takes OpOverload or OpOverloadPacket objects, got {op!r}")
+
+
+def lowers(*ops, random: bool = False):
+    """Register a lowering for ATen ops; a packet expands to its functional overloads.
+
+    Args:
+        ops: ``torch.ops.aten.<name>.<overload>`` or ``torch.ops.aten.<name>`` objects.
+        random: the lowering draws random numbers and takes a ``key`` argument.
+
+    Example:
+        >>> @lowers(aten.neg)
+        ... def neg(self):
+        ...     return -self
+    """
+
+    def register(fn):
+        for packet_or_op in ops:
+            for op in _overloads(packet_or_op):
+                if op in _TABLE:
+                    raise RuntimeError(f"{op} has two lowerings: {_TABLE[op].fn} and {fn}")
+                _TABLE[op] = Lowering(fn, random)
+        return fn
+
+    return register
+
+
+def lookup(op: OpOverload) -> Lowering | None:
+    return _TABLE.get(op)
+
+
+def table() -> dict[OpOverload, Lowering]:
+    return dict(_TABLE)
+
+
+class LoweringMissing(NotImplementedError):
+    """An ATen op reached the pjrt device and has no lowering."""
+
+    def __init__(self, op: OpOverload):
+        super().__init__(
+            f"The operator '{op}' has no pjrt lowering, and TORCH_PJRT_FALLBACK=error forbids "
+            f"running it on the CPU.\n  schema: {op._schema}\nUnset TORCH_PJRT_FALLBACK (or set "
+            "it to 'cpu') to run it on the CPU, and please report the missing op to the "
+            "torch_pjrt issue tracker."
+        )
+
+
+# --- argument kinds, from the schema ------------------------------------------------
+
+_TENSOR, _TENSOR_LIST, _SCALAR, _STATIC = range(4)
+
+
+def _kind(type_str: str) -> int:
+    if type_str in ("Tensor", "Optional[Tensor]"):
+        return _TENSOR
+    if type_str in ("List[Tensor]", "List[Optional[Tensor]]"):
+        return _TENSOR_LIST
+    if type_str in ("number", "Optional[number]"):
+        return _SCALAR
+    return _STATIC
+
+
+def _py_name(name: str) -> str:
+    return name + "_" if keyword.iskeyword(name) else name
+
+
+def _same_device_error(a, b) -> RuntimeError:
+    return RuntimeError(
+        "Expected all tensors to be on the same device, but found at least two devices, "
+        f"{a} and {b}!"
+    )
+
+
+class Signature:
+    """How one overload's arguments split into arrays, dynamic scalars and statics."""
+
+    def __init__(self, op: OpOverload):
+        args = op._schema.arguments
+        self.op = op
+        self.names = [_py_name(a.name) for a in args]
+        self.positional = [a.name for a in args if not a.kwarg_only]
+        self.defaults = [a.default_value if a.has_default_value() else None for a in args]
+        self.index = {a.name: i for i, a in enumerate(args)}
+        self.kinds = [_kind(str(a.type)) for a in args]
+        self.arrays = [i for i, k in enumerate(self.kinds) if k in (_TENSOR, _TENSOR_LIST)]
+        self.scalars = [i for i, k in enumerate(self.kinds) if k == _SCALAR]
+        self.statics = [i for i, k in enumerate(self.kinds) if k == _STATIC]
+        self.device_arg = self.index.get("device")
+
+    def values(self, args, kwargs) -> list:
+        vals = list(args) + self.defaults[len(args) :]
+        for name, value in kwargs.items():
+            vals[self.index[name]] = value
+        return vals
+
+
+def _device_index(vals, sig: Signature) -> int:
+    """The device of the op: its first pjrt tensor, else its ``device=`` argument."""
+    for i in sig.arrays:
+        v = vals[i]
+        if isinstance(v, torch.Tensor) and v.device.type == "pjrt":
+            return v.device.index or 0
+        if isinstance(v, (list, tuple)):
+            for t in v:
+                if isinstance(t, torch.Tensor) and t.device.type == "pjrt":
+                    return t.device.index or 0
+    if sig.device_arg is not None:
+        dev = vals[sig.device_arg]
+        if dev is not None:
+            dev = torch.device(dev)
+            if dev.type == "pjrt":
+                return dev.index if dev.index is not None else pjrt_random.current_device()
+    return pjrt_random.current_device()
+
+
+def _array_of(t, index: int):
+    if t is None or isinstance(t, (bool, int, float, complex)):
+        return t  # a wrapped number: JAX traces it as a weakly typed scalar
+    device = t.device
+    if device.type == "pjrt":
+        if (device.index or 0) != index:
+            raise _same_device_error(f"pjrt:{index}", device)
+        return read(t)
+    if t.dim() == 0:  # a CPU scalar tensor may meet device tensors, as with CUDA
+        return runtime.from_host(t, runtime.device(index))
+    raise _same_device_error(f"pjrt:{index}", device)
+
+
+def _static(v):
+    if isinstance(v, list):
+        return tuple(_static(x) for x in v)
+    return v
+
+
+class Kernel:
+    """The eager PrivateUse1 kernel of one lowered overload."""
+
+    def __init__(self, op: OpOverload, lowering: Lowering):
+        self.op = op
+        self.name = str(op)
+        self.lowering = lowering
+        self.sig = Signature(op)
+        self.cache: dict = {}
+        returns = op._schema.returns
+        self.returns_list = len(returns) == 1 and str(returns[0].type) == "List[Tensor]"
+        self.returns_tuple = len(returns) > 1
+        self.returns_python = len(returns) == 1 and str(returns[0].type) not in (
+            "Tensor",
+            "List[Tensor]",
+        )
+
+    def _program(self, statics):
+        sig, lowering = self.sig, self.lowering
+        fn = lowering.fn
+
+        def run(arrays, scalars, rng):
+            metrics.count("compilations")
+            vals = [None] * len(sig.names)
+            for i, v in zip(sig.arrays, arrays):
+                vals[i] = v
+            for i, v in zip(sig.scalars, scalars):
+                vals[i] = v
+            for i, v in zip(sig.statics, statics):
+                vals[i] = v
+            kwargs = dict(zip(sig.names, vals))
+            if lowering.random:
+                kwargs["key"] = jax.random.fold_in(jax.random.key(rng[0]), rng[1])
+            return fn(**kwargs)
+
+        program = jax.jit(run)
+        self.cache[statics] = program
+        return program
+
+    def compute(self, args, kwargs):
+        """Run the lowering; returns (JAX result, device index)."""
+        sig = self.sig
+        vals = sig.values(args, kwargs)
+        index = _device_index(vals, sig)
+        arrays = []
+        for i in sig.arrays:
+            v = vals[i]
+            if isinstance(v, (list, tuple)):
+                arrays.append([_array_of(t, index) for t in v])
+            else:
+                arrays.append(_array_of(v, index))
+        scalars = [vals[i] for i in sig.scalars]
+        statics = tuple(_static(vals[i]) for i in sig.statics)
+        program = self.cache.get(statics)
+        if program is None:
+            program = self._program(statics)
+        rng = pjrt_random.next_key_parts(index) if self.lowering.random else None
+        metrics.op(self.name)
+        with jax.enable_x64(True):
+            out = program(arrays, scalars, rng)
+            if index != 0 and not any(arrays) and rng is None:
+                out = jax.device_put(out, runtime.device(index))
+        return out, index
+
+    def __call__(self, *args, **kwargs):
+        out, index = self.compute(args, kwargs)
+        if self.returns_python:
+            metrics.host_sync()
+            return out.item()
+        if self.returns_list:
+            return [wrap(a, index) for a in out]
+        if self.returns_tuple:
+            return tuple(wrap(a, index) for a in out)
+        return wrap(out, index)
+
+
+def _check_cast(result_dtype: torch.dtype, out: torch.Tensor) -> None:
+    if not torch.can_cast(result_dtype, out.dtype):
+        raise RuntimeError(
+            f"result type {_dtype_name(result_dtype)} can't be cast to the desired output type "
+            f"{_dtype_name(out.dtype)}"
+        )
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(torch.empty((), dtype=dtype, device="meta").type()).split(".")[-1][:-6]
+
+
+def _store(out: torch.Tensor, value: jax.Array, inplace: bool) -> None:
+    from torch_pjrt.runtime.transfer import torch_dtype
+
+    shape = tuple(value.shape)
+    if tuple(out.shape) != shape:
+        if inplace:
+            raise RuntimeError(
+                f"output with shape {list(out.shape)} doesn't match the broadcast shape "
+                f"{list(shape)}"
+            )
+        resize_output(out, shape)
+    _check_cast(torch_dtype(value.dtype), out)
+    write(out, value)
+
+
+def resize_output(out: torch.Tensor, shape) -> None:
+    """Resize an ``out=`` tensor as PyTorch does, warning when it had elements."""
+    if tuple(out.shape) == tuple(shape):
+        return
+    if out.numel() != 0:
+        warnings.warn(
+            f"An output with one or more elements was resized since it had shape "
+            f"{list(out.shape)}, which does not match the required output shape {list(shape)}. "
+            "This behavior is deprecated, and in a future PyTorch release outputs will not be "
+            "resized unless they have zero elements. You can explicitly reuse an out tensor t "
+            "by resizing it, inplace, to zero elements with t.resize_(0).",
+            UserWarning,
+            stacklevel=3,
+        )
+    out.resize_(shape)
+
+
+class InplaceKernel:
+    """``op_(self, ...)`` from the functional op's lowering: compute, then write self."""
+
+    def __init__(self, functional: Kernel):
+        self.functional = functional
+
+    def __call__(self, *args, **kwargs):
+        out, _ = self.functional.compute(args, kwargs)
+        self_ = args[0] if args else kwargs["self"]
+        _store(self_, out, inplace=True)
+        return self_
+
+
+class OutKernel:
+    """``op.out(..., out=...)`` from the functional op's lowering."""
+
+    def __init__(self, functional: Kernel, out_names: list[str]):
+        self.functional = functional
+        self.out_names = out_names
+
+    def __call__(self, *args, **kwargs):
+        outs = [kwargs.pop(name) for name in self.out_names]
+        result, index = self.functional.compute(args, kwargs)
+        results = result if len(outs) > 1 else (result,)
+        for o, r in zip(outs, results):
+            if o.device.type != "pjrt" or (o.device.index or 0) != index:
+                raise RuntimeError(
+                    f"Expected out tensor to have device pjrt:{index}, but got {o.device} instead"
+                )
+            _store(o, r, inplace=False)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+# --- deriving variants from schemas -------------------------------------------------
+
+
+def _arg_signature(op: OpOverload) -> tuple:
+    return tuple(
+        (a.name, str(a.type)) for a in op._schema.arguments if not (a.alias_info and a.is_out)
+    )
+
+
+def inplace_variant(op: OpOverload) -> OpOverload | None:
+    packet = getattr(aten, op._schema.name.split("::")[1] + "_", None)
+    if packet is None or op._overloadname not in packet.overloads():
+        return None
+    variant = getattr(packet, op._overloadname)
+    first = variant._schema.arguments[0] if variant._schema.arguments else None
+    if first is None or first.alias_info is None or not first.alias_info.is_write:
+        return None
+    return variant
+
+
+def out_variants(op: OpOverload) -> list[tuple[OpOverload, list[str]]]:
+    packet = getattr(aten, op._schema.name.split("::")[1])
+    want = _arg_signature(op)
+    found = []
+    for name in packet.overloads():
+        variant = getattr(packet, name)
+        outs = [a.name for a in variant._schema.arguments if a.is_out]
+        if outs and variant is not op and _arg_signature(variant) == want:
+            found.append((variant, outs))
+    return found
+
+
+# --- raw kernels and installation ---------------------------------------------------
+
+_RAW: dict[OpOverload, Callable] = {}
+
+
+def implements(*ops):
+    """Register a raw PrivateUse1 kernel (takes and returns torch tensors)."""
+
+    def register(fn):
+        for op in ops:
+            if op in _RAW or op in _TABLE:
+                raise RuntimeError(f"{op} is registered twice")
+            _RAW[op] = fn
+        return fn
+
+    return register

@@ -1,0 +1,69 @@
+"""Device RNG state: a (seed, offset) pair per device; every random op takes a fresh key.
+
+A random lowering gets ``jax.random.fold_in(key(seed), offset)`` and the offset then
+advances, so no two calls reuse a key and ``torch.manual_seed`` replays a run.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import torch
+
+__all__ = ["current_device", "get_rng_state", "initial_seed", "manual_seed", "set_rng_state"]
+
+DEFAULT_SEED = 67280421310721
+
+_default_seed = [DEFAULT_SEED]
+_seeds: dict[int, int] = {}
+_offsets: dict[int, int] = {}
+_current = [0]
+
+
+def current_device() -> int:
+    return _current[0]
+
+
+def set_current_device(index: int) -> None:
+    _current[0] = index
+
+
+def manual_seed(seed: int, index: int) -> None:
+    _seeds[index] = int(seed) & 0xFFFF_FFFF_FFFF_FFFF
+    _offsets[index] = 0
+
+
+def manual_seed_all(seed: int) -> None:
+    _default_seed[0] = int(seed) & 0xFFFF_FFFF_FFFF_FFFF
+    _seeds.clear()
+    _offsets.clear()
+
+
+def initial_seed(index: int) -> int:
+    return _seeds.get(index, _default_seed[0])
+
+
+def next_key_parts(index: int) -> tuple[int, int]:
+    """The (seed, offset) of the next random op on a device, advancing the offset."""
+    offset = _offsets.get(index, 0)
+    _offsets[index] = offset + 1
+    seed = initial_seed(index)
+    # jax.random.key takes a signed 64-bit seed
+    return (seed - (1 << 64) if seed >= 1 << 63 else seed), offset
+
+
+def get_rng_state(index: int) -> torch.Tensor:
+    raw = struct.pack("<QQ", initial_seed(index), _offsets.get(index, 0))
+    return torch.frombuffer(bytearray(raw), dtype=torch.uint8).clone()
+
+
+def set_rng_state(state: torch.Tensor, index: int) -> None:
+    raw = bytes(state.cpu().to(torch.uint8).tolist())
+    if len(raw) != 16:
+        raise RuntimeError(
+            f"pjrt RNG state must be a uint8 tensor of 16 bytes (from get_rng_state), "
+            f"got {len(raw)} bytes"
+        )
+    seed, offset = struct.unpack("<QQ", raw)
+    _seeds[index] = seed
+    _offsets[index] = offset

@@ -1,0 +1,27 @@
+"""The runtime layer: which PJRT platform, its devices, and host<->device transfers.
+
+Nothing outside this package knows which chip it runs on.
+"""
+
+from torch_pjrt.runtime.platform import (
+    PlatformError,
+    current_platform,
+    device,
+    device_count,
+    devices,
+    init,
+    is_initialized,
+)
+from torch_pjrt.runtime.transfer import from_host, to_host
+
+__all__ = [
+    "PlatformError",
+    "current_platform",
+    "device",
+    "device_count",
+    "devices",
+    "from_host",
+    "init",
+    "is_initialized",
+    "to_host",
+]

@@ -1,0 +1,159 @@
+"""Choosing the PJRT platform and listing its devices."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from torch_pjrt.config import settings
+
+log = logging.getLogger("torch_pjrt")
+
+# PJRT_DEVICE spellings (PyTorch/XLA's convention) -> JAX platform names.
+_ALIASES = {
+    "TPU": "tpu",
+    "CUDA": "cuda",
+    "GPU": "gpu",
+    "ROCM": "rocm",
+    "NEURON": "neuron",
+    "CPU": "cpu",
+    "METAL": "METAL",
+}
+
+# The package a user installs to get each platform's PJRT plugin.
+_PLUGIN_PACKAGES = {
+    "tpu": "libtpu (pip install 'jax[tpu]')",
+    "cuda": "jax-cuda12-plugin or jax-cuda13-plugin (pip install 'jax[cuda12]' or 'jax[cuda13]')",
+    "gpu": "jax-cuda12-plugin or jax-cuda13-plugin (pip install 'jax[cuda12]' or 'jax[cuda13]')",
+    "rocm": "jax-rocm7-plugin (pip install 'jax[rocm]')",
+    "neuron": "jax-neuronx (AWS Neuron's JAX plugin)",
+    "METAL": "jax-metal",
+}
+
+# Accelerator platforms tried, in order, when no platform is asked for.
+_PREFERENCE = ("tpu", "neuron", "cuda", "rocm", "gpu", "METAL")
+
+
+class PlatformError(RuntimeError):
+    """The requested PJRT platform is not available."""
+
+
+class _State:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.platform: str | None = None
+        self.devices: list = []
+
+
+_state = _State()
+
+
+def _normalize(name: str) -> str:
+    key = name.strip()
+    return _ALIASES.get(key.upper(), key.lower())
+
+
+def _apply_cpu_device_count() -> None:
+    if settings.cpu_devices is None:
+        return
+    import jax
+
+    # NOTE: JAX reads this once, when its CPU client starts; it is the only JAX
+    # setting torch_pjrt touches, and only when TORCH_PJRT_CPU_DEVICES asks for it.
+    try:
+        jax.config.update("jax_num_cpu_devices", int(settings.cpu_devices))
+    except RuntimeError as exc:  # the CPU backend has already started
+        log.warning("TORCH_PJRT_CPU_DEVICES=%s ignored: %s", settings.cpu_devices, exc)
+
+
+def _available(platform: str) -> list:
+    import jax
+
+    try:
+        return list(jax.devices(platform))
+    except RuntimeError:
+        return []
+
+
+def init(platform: str | None = None) -> str:
+    """Choose the PJRT platform; called by the first use of a pjrt device.
+
+    Args:
+        platform: ``"tpu"``, ``"cuda"``, ``"rocm"``, ``"neuron"``, ``"cpu"``, ... (any
+            case, PyTorch/XLA's ``PJRT_DEVICE`` spellings too). None uses ``PJRT_DEVICE``,
+            else the first accelerator JAX finds, else the CPU.
+
+    Returns:
+        The JAX name of the chosen platform.
+
+    Example:
+        >>> torch_pjrt.init(platform="cpu")
+        'cpu'
+    """
+    with _state.lock:
+        wanted = _normalize(platform) if platform else None
+        if _state.platform is not None:
+            if wanted is not None and wanted != _state.platform:
+                raise PlatformError(
+                    f"torch_pjrt is already running on platform '{_state.platform}'; the "
+                    f"platform must be chosen (here '{wanted}') before the first pjrt tensor "
+                    "is made. Set PJRT_DEVICE or call torch_pjrt.init() at the start."
+                )
+            return _state.platform
+        if wanted is None and settings.platform:
+            wanted = _normalize(settings.platform)
+        _apply_cpu_device_count()
+        if wanted is not None:
+            found = _available(wanted)
+            if not found:
+                hint = _PLUGIN_PACKAGES.get(wanted)
+                install = f" Install its PJRT plugin: {hint}." if hint else ""
+                raise PlatformError(
+                    f"PJRT platform '{wanted}' was requested (PJRT_DEVICE or "
+                    f"torch_pjrt.init) but JAX found no such devices.{install} "
+                    "Use PJRT_DEVICE=CPU to run on the CPU."
+                )
+        else:
+            found = []
+            for candidate in _PREFERENCE:
+                found = _available(candidate)
+                if found:
+                    wanted = candidate
+                    break
+            if not found:
+                wanted, found = "cpu", _available("cpu")
+        _state.platform = found[0].platform if found else wanted
+        _state.devices = found
+        log.info("torch_pjrt: platform %s with %d device(s)", _state.platform, len(found))
+        return _state.platform
+
+
+def is_initialized() -> bool:
+    return _state.platform is not None
+
+
+def current_platform() -> str:
+    return _state.platform if _state.platform is not None else init()
+
+
+def devices() -> list:
+    if _state.platform is None:
+        init()
+    return _state.devices
+
+
+def device_count() -> int:
+    return len(devices())
+
+
+def device(index: int | None):
+    """The JAX device behind ``pjrt:index``; raises PyTorch's kind of error when invalid."""
+    found = devices()
+    i = 0 if index is None else index
+    if not 0 <= i < len(found):
+        raise RuntimeError(
+            f"Invalid device pjrt:{i}: the '{_state.platform}' platform has {len(found)} "
+            f"device(s), so valid indices are 0 to {len(found) - 1}. "
+            "(On the CPU platform, TORCH_PJRT_CPU_DEVICES=N gives N devices.)"
+        )
+    return found[i]

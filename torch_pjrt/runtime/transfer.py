@@ -1,0 +1,95 @@
+"""Host <-> device transfers and the torch <-> JAX dtype map."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import torch
+
+from torch_pjrt.diagnostics import metrics
+
+TORCH_TO_JAX = {
+    torch.float32: jnp.float32,
+    torch.float64: jnp.float64,
+    torch.float16: jnp.float16,
+    torch.bfloat16: jnp.bfloat16,
+    torch.int8: jnp.int8,
+    torch.int16: jnp.int16,
+    torch.int32: jnp.int32,
+    torch.int64: jnp.int64,
+    torch.uint8: jnp.uint8,
+    torch.uint16: jnp.uint16,
+    torch.uint32: jnp.uint32,
+    torch.uint64: jnp.uint64,
+    torch.bool: jnp.bool_,
+    torch.complex64: jnp.complex64,
+    torch.complex128: jnp.complex128,
+    torch.float8_e4m3fn: jnp.float8_e4m3fn,
+    torch.float8_e5m2: jnp.float8_e5m2,
+}
+JAX_TO_TORCH = {np.dtype(v): k for k, v in TORCH_TO_JAX.items()}
+
+
+def jax_dtype(dtype: torch.dtype):
+    try:
+        return TORCH_TO_JAX[dtype]
+    except KeyError:
+        raise TypeError(
+            f"dtype {dtype} is not supported on pjrt devices (platform "
+            f"'{jax.devices()[0].platform}'); supported: "
+            f"{', '.join(str(d).replace('torch.', '') for d in TORCH_TO_JAX)}"
+        ) from None
+
+
+def torch_dtype(dtype) -> torch.dtype:
+    return JAX_TO_TORCH[np.dtype(dtype)]
+
+
+# dtypes numpy lacks: (same-size torch integer dtype, its numpy twin, the ml_dtypes type)
+_NUMPY_VIEW = {
+    torch.bfloat16: (torch.int16, np.int16, ml_dtypes.bfloat16),
+    torch.float8_e4m3fn: (torch.uint8, np.uint8, ml_dtypes.float8_e4m3fn),
+    torch.float8_e5m2: (torch.uint8, np.uint8, ml_dtypes.float8_e5m2),
+}
+
+
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    """A CPU tensor as a numpy array (a view where numpy has the dtype)."""
+    t = t.detach()
+    if t.is_conj():
+        t = t.resolve_conj()
+    if t.is_neg():
+        t = t.resolve_neg()
+    if t.dtype in _NUMPY_VIEW:
+        as_int, _, np_dtype = _NUMPY_VIEW[t.dtype]
+        return t.contiguous().view(as_int).numpy().view(np_dtype)
+    return t.numpy()
+
+
+def from_numpy(a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+    if dtype in _NUMPY_VIEW:
+        _, np_int, _ = _NUMPY_VIEW[dtype]
+        return torch.from_numpy(np.ascontiguousarray(a).view(np_int)).view(dtype)
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+def from_host(t: torch.Tensor, device) -> jax.Array:
+    """Copy a CPU tensor to a JAX device."""
+    a = to_numpy(t)
+    metrics.count("transfers_to_device")
+    metrics.count("bytes_to_device", a.nbytes)
+    with jax.enable_x64(True):
+        return jax.device_put(a, device)
+
+
+def to_host(a: jax.Array, dtype: torch.dtype) -> torch.Tensor:
+    """Copy a JAX array to a new CPU tensor (waits for it: a host sync)."""
+    metrics.host_sync()
+    out = torch.empty(tuple(a.shape), dtype=dtype)
+    if out.numel():
+        to_numpy(out)[...] = np.asarray(a)
+    metrics.count("transfers_to_host")
+    metrics.count("bytes_to_host", out.numel() * out.element_size())
+    return out

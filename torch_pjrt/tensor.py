@@ -1,0 +1,284 @@
+"""The device tensor: PyTorch owns the view metadata, a storage cell owns the data.
+
+A pjrt tensor is a real PrivateUse1 TensorImpl (sizes, strides, storage offset,
+``_base``, version counter: all PyTorch's own). Its StorageImpl has no bytes; the
+data is a JAX array kept in a :class:`Cell` hung on the storage's Python object,
+which lives exactly as long as the StorageImpl. Every view of a storage shares its
+cell, so a write through any view (a scatter into the cell) is seen by all.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+from torch_pjrt import runtime
+from torch_pjrt.runtime.transfer import jax_dtype
+
+__all__ = ["Cell", "cell_of", "new_tensor", "read", "write", "wrap"]
+
+_ATTR = "_pjrt_cell"
+
+
+class Cell:
+    """The data of one storage: ``size`` elements of ``dtype`` on JAX device ``index``.
+
+    ``array`` is None until first written (fresh ``empty`` storage), otherwise a JAX
+    array holding the storage's elements in row-major order (any shape whose size is
+    ``size``; usually the shape of the tensor that made it).
+    """
+
+    __slots__ = ("array", "dtype", "index", "size", "__weakref__")
+
+    def __init__(self, size: int, dtype: torch.dtype, index: int, array=None):
+        self.size = size
+        self.dtype = dtype
+        self.index = index
+        self.array = array
+
+    def materialize(self) -> jax.Array:
+        if self.array is None:
+            with jax.enable_x64(True):
+                self.array = jax.device_put(
+                    jnp.zeros((self.size,), jax_dtype(self.dtype)), runtime.device(self.index)
+                )
+        return self.array
+
+
+def cell_of(t: torch.Tensor) -> Cell:
+    try:
+        return getattr(t.untyped_storage(), _ATTR)
+    except AttributeError:
+        raise RuntimeError(
+            f"tensor on {t.device} has no pjrt data (it was not made by torch_pjrt)"
+        ) from None
+
+
+# --- making tensors ---------------------------------------------------------------
+
+_DL_CODES = {"b": 6, "i": 0, "u": 1, "f": 2, "c": 5, "V": 4}
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int), ("device_id", ctypes.c_int)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", _DLDevice),
+        ("ndim", ctypes.c_int),
+        ("dtype", _DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    pass
+
+
+_DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensor))
+_DLManagedTensor._fields_ = [
+    ("dl_tensor", _DLTensor),
+    ("manager_ctx", ctypes.c_void_p),
+    ("deleter", _DELETER),
+]
+_dl_keep: dict[int, tuple] = {}
+
+
+@_DELETER
+def _dl_release(ptr):
+    _dl_keep.pop(ctypes.addressof(ptr.contents), None)
+
+
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.restype = ctypes.py_object
+_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+
+
+def _handle_on(index: int, shape, dtype: torch.dtype) -> torch.Tensor:
+    """An empty PrivateUse1 TensorImpl on ``pjrt:index`` for index > 0.
+
+    NOTE: ``torch._C._acc.create_empty_tensor`` always makes ``pjrt:0``; DLPack's
+    ``kDLExtDev`` maps to PrivateUse1 with a device index, so other devices come from
+    a data-less DLPack capsule.
+    """
+    ndim = len(shape)
+    dims = (ctypes.c_int64 * max(ndim, 1))(*shape)
+    m = _DLManagedTensor()
+    m.dl_tensor.data = None
+    m.dl_tensor.device = _DLDevice(12, index)
+    m.dl_tensor.ndim = ndim
+    if dtype == torch.bfloat16:
+        code = 4
+    else:
+        code = _DL_CODES[np.dtype(jax_dtype(dtype)).kind]
+    m.dl_tensor.dtype = _DLDataType(code, dtype.itemsize * 8 if dtype != torch.bool else 8, 1)
+    m.dl_tensor.shape = dims
+    m.dl_tensor.strides = None
+    m.deleter = _dl_release
+    _dl_keep[ctypes.addressof(m)] = (m, dims)
+    return torch._C._from_dlpack(_capsule_new(ctypes.addressof(m), b"dltensor", None))
+
+
+_create_empty = torch._C._acc.create_empty_tensor
+
+
+def new_tensor(shape, dtype: torch.dtype, index: int, array=None) -> torch.Tensor:
+    """A new contiguous pjrt tensor with its own storage cell."""
+    shape = tuple(shape)
+    t = _create_empty(shape, dtype) if index == 0 else _handle_on(index, shape, dtype)
+    setattr(t.untyped_storage(), _ATTR, Cell(math.prod(shape), dtype, index, array))
+    return t
+
+
+def wrap(array: jax.Array, index: int) -> torch.Tensor:
+    """A new pjrt tensor holding ``array``."""
+    from torch_pjrt.runtime.transfer import torch_dtype
+
+    return new_tensor(array.shape, torch_dtype(array.dtype), index, array)
+
+
+# --- reading and writing views ------------------------------------------------------
+
+
+def _is_contiguous(shape, strides) -> bool:
+    expected = 1
+    for size, stride in zip(reversed(shape), reversed(strides)):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _flat_index(shape, strides, offset):
+    idx = jnp.full(shape, offset, dtype=jnp.int64)
+    for dim, (size, stride) in enumerate(zip(shape, strides)):
+        if size > 1 and stride != 0:
+            idx = idx + jax.lax.broadcasted_iota(jnp.int64, shape, dim) * stride
+    return idx
+
+
+@functools.lru_cache(maxsize=4096)
+def _gather_fn(shape, strides, offset):
+    numel = math.prod(shape)
+    if _is_contiguous(shape, strides):
+
+        def gather(a):
+            return jax.lax.slice(a.reshape(-1), (offset,), (offset + numel,)).reshape(shape)
+
+    else:
+
+        def gather(a):
+            return a.reshape(-1)[_flat_index(shape, strides, offset)]
+
+    return jax.jit(gather)
+
+
+@functools.lru_cache(maxsize=4096)
+def _scatter_fn(shape, strides, offset):
+    numel = math.prod(shape)
+    if _is_contiguous(shape, strides):
+
+        def scatter(a, v):
+            flat = jax.lax.dynamic_update_slice(a.reshape(-1), v.reshape(-1), (offset,))
+            return flat
+
+    else:
+
+        def scatter(a, v):
+            return a.reshape(-1).at[_flat_index(shape, strides, offset).reshape(-1)].set(
+                v.reshape(-1)
+            )
+
+    del numel
+    return jax.jit(scatter)
+
+
+def _bitcast(a: jax.Array, dtype) -> jax.Array:
+    if np.dtype(a.dtype).itemsize != np.dtype(dtype).itemsize:
+        raise NotImplementedError(
+            f"pjrt: reading a {a.dtype} storage as {np.dtype(dtype)} (a dtype view with a "
+            "different element size) is not supported yet"
+        )
+    return jax.lax.bitcast_convert_type(a, dtype)
+
+
+def read(t: torch.Tensor) -> jax.Array:
+    """The JAX array of a pjrt tensor's current value (its view of the storage)."""
+    cell = cell_of(t)
+    a = cell.array
+    if a is None:
+        a = cell.materialize()
+    shape = tuple(t.shape)
+    with jax.enable_x64(True):
+        if t.dtype != cell.dtype:
+            a = _bitcast(a, jax_dtype(t.dtype))
+        if a.shape == shape and t.storage_offset() == 0 and t.is_contiguous():
+            return a
+        strides, offset = tuple(t.stride()), t.storage_offset()
+        out = _gather_fn(shape, strides, offset)(a)
+        if (
+            t.dtype == cell.dtype
+            and offset == 0
+            and out.size == cell.size
+            and _is_contiguous(shape, strides)
+        ):
+            cell.array = out  # the same storage, kept in the shape asked for last
+        return out
+
+
+def _check_no_overlap(t: torch.Tensor) -> None:
+    for size, stride in zip(t.shape, t.stride()):
+        if size > 1 and stride == 0:
+            raise RuntimeError(
+                "unsupported operation: some elements of the input tensor and the written-to "
+                "tensor refer to a single memory location. Please clone() the tensor before "
+                "performing the operation."
+            )
+
+
+def write(t: torch.Tensor, value: jax.Array) -> None:
+    """Store ``value`` (already of t's shape and dtype) into t's view of its storage."""
+    cell = cell_of(t)
+    shape = tuple(t.shape)
+    with jax.enable_x64(True):
+        if value.dtype != jax_dtype(t.dtype):
+            value = value.astype(jax_dtype(t.dtype))
+        if tuple(value.shape) != shape:
+            value = jnp.broadcast_to(value, shape)
+        if t.dtype != cell.dtype:
+            value = _bitcast(value, jax_dtype(cell.dtype))
+        offset = t.storage_offset()
+        if offset == 0 and value.size == cell.size and t.is_contiguous():
+            cell.array = value
+            return
+        _check_no_overlap(t)
+        if value.size == 0:
+            return
+        base = cell.materialize()
+        cell.array = _scatter_fn(shape, tuple(t.stride()), offset)(base, value)
+
+
+def resize_cell(t: torch.Tensor, size: int) -> None:
+    """Grow t's storage cell to ``size`` elements (new elements are zero)."""
+    cell = cell_of(t)
+    if size <= cell.size:
+        return
+    if cell.array is not None:
+        with jax.enable_x64(True):
+            flat = cell.array.reshape(-1)
+            cell.array = jnp.concatenate([flat, jnp.zeros((size - cell.size,), flat.dtype)])
+    cell.size = size
