@@ -163,6 +163,22 @@ class DeviceModule:
     def empty_cache() -> None:
         return None
 
+    class device:
+        """Context manager that changes the current pjrt device (as ``torch.cuda.device``)."""
+
+        def __init__(self, device):
+            self.index = _index(device)
+            self.previous = None
+
+        def __enter__(self):
+            self.previous = pjrt_random.current_device()
+            DeviceModule.set_device(self.index)
+            return self
+
+        def __exit__(self, *exc):
+            pjrt_random.set_current_device(self.previous)
+            return False
+
 
 class _Hooks(torch._C._acc.PrivateUse1Hooks):
     def is_available(self) -> bool:
@@ -194,7 +210,8 @@ def register() -> None:
         _setup_privateuseone_for_python_backend(
             "pjrt", backend_module=DeviceModule, hook=_Hooks(), device_guard=_Guard()
         )
-        from torch_pjrt import ops
+        from torch_pjrt import _serialization, ops
 
         ops.install()
+        _serialization.register()
         _registered = True

@@ -108,39 +108,71 @@ _capsule_new.restype = ctypes.py_object
 _capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
 
 
-def _handle_on(index: int, shape, dtype: torch.dtype) -> torch.Tensor:
-    """An empty PrivateUse1 TensorImpl on ``pjrt:index`` for index > 0.
+# NOTE: pjrt storages get fake, unique, never-dereferenced data pointers, the way
+# CUDA storages hold device addresses the host never touches. Storage-level code
+# (torch.save, safetensors, identity checks by data_ptr) needs a non-null pointer and
+# the storage's true byte size. The range is far above any host mapping.
+_next_address = [0x7E00_0000_0000_0000]
 
-    NOTE: ``torch._C._acc.create_empty_tensor`` always makes ``pjrt:0``; DLPack's
-    ``kDLExtDev`` maps to PrivateUse1 with a device index, so other devices come from
-    a data-less DLPack capsule.
-    """
-    ndim = len(shape)
-    dims = (ctypes.c_int64 * max(ndim, 1))(*shape)
-    m = _DLManagedTensor()
-    m.dl_tensor.data = None
-    m.dl_tensor.device = _DLDevice(12, index)
-    m.dl_tensor.ndim = ndim
+
+def _fake_address(nbytes: int) -> int:
+    address = _next_address[0]
+    _next_address[0] = address + ((max(nbytes, 1) + 255) & ~255)
+    return address
+
+
+def _dl_dtype(dtype: torch.dtype) -> _DLDataType:
     if dtype == torch.bfloat16:
         code = 4
     else:
         code = _DL_CODES[np.dtype(jax_dtype(dtype)).kind]
-    m.dl_tensor.dtype = _DLDataType(code, dtype.itemsize * 8 if dtype != torch.bool else 8, 1)
+    return _DLDataType(code, dtype.itemsize * 8, 1)
+
+
+def _handle(index: int, shape, strides, dtype: torch.dtype, nbytes: int) -> torch.Tensor:
+    """An empty PrivateUse1 TensorImpl on ``pjrt:index`` with a storage of ``nbytes``.
+
+    NOTE: DLPack's ``kDLExtDev`` maps to PrivateUse1 with a device index, so a
+    data-less DLPack capsule is how pure Python makes a tensor on any ``pjrt:i``
+    (``torch._C._acc.create_empty_tensor`` only makes ``pjrt:0`` with 0 bytes).
+    """
+    ndim = len(shape)
+    dims = (ctypes.c_int64 * max(ndim, 1))(*shape)
+    steps = (ctypes.c_int64 * max(ndim, 1))(*strides)
+    m = _DLManagedTensor()
+    m.dl_tensor.data = _fake_address(nbytes)
+    m.dl_tensor.device = _DLDevice(12, index)
+    m.dl_tensor.ndim = ndim
+    m.dl_tensor.dtype = _dl_dtype(dtype)
     m.dl_tensor.shape = dims
-    m.dl_tensor.strides = None
+    m.dl_tensor.strides = steps
     m.deleter = _dl_release
-    _dl_keep[ctypes.addressof(m)] = (m, dims)
+    _dl_keep[ctypes.addressof(m)] = (m, dims, steps)
     return torch._C._from_dlpack(_capsule_new(ctypes.addressof(m), b"dltensor", None))
 
 
-_create_empty = torch._C._acc.create_empty_tensor
+def _contiguous_strides(shape) -> tuple:
+    strides, acc = [], 1
+    for size in reversed(shape):
+        strides.append(acc)
+        acc *= max(size, 1)
+    return tuple(reversed(strides))
 
 
-def new_tensor(shape, dtype: torch.dtype, index: int, array=None) -> torch.Tensor:
-    """A new contiguous pjrt tensor with its own storage cell."""
+def storage_size(shape, strides) -> int:
+    """Elements a strided view needs from offset 0."""
+    if any(s == 0 for s in shape):
+        return 0
+    return 1 + sum((size - 1) * stride for size, stride in zip(shape, strides))
+
+
+def new_tensor(shape, dtype: torch.dtype, index: int, array=None, strides=None) -> torch.Tensor:
+    """A new pjrt tensor (contiguous unless ``strides``) with its own storage cell."""
     shape = tuple(shape)
-    t = _create_empty(shape, dtype) if index == 0 else _handle_on(index, shape, dtype)
-    setattr(t.untyped_storage(), _ATTR, Cell(math.prod(shape), dtype, index, array))
+    strides = _contiguous_strides(shape) if strides is None else tuple(strides)
+    size = storage_size(shape, strides)
+    t = _handle(index, shape, strides, dtype, size * dtype.itemsize)
+    setattr(t.untyped_storage(), _ATTR, Cell(size, dtype, index, array))
     return t
 
 
@@ -207,13 +239,17 @@ def _scatter_fn(shape, strides, offset):
     return jax.jit(scatter)
 
 
-def _bitcast(a: jax.Array, dtype) -> jax.Array:
-    if np.dtype(a.dtype).itemsize != np.dtype(dtype).itemsize:
-        raise NotImplementedError(
-            f"pjrt: reading a {a.dtype} storage as {np.dtype(dtype)} (a dtype view with a "
-            "different element size) is not supported yet"
-        )
-    return jax.lax.bitcast_convert_type(a, dtype)
+def _reinterpret(a: jax.Array, dtype) -> jax.Array:
+    """The bytes of ``a`` (flattened) read as ``dtype``: a dtype view of the storage."""
+    a = a.reshape(-1)
+    if a.dtype == jnp.bool_:
+        a = a.astype(jnp.uint8)
+    target = jnp.uint8 if np.dtype(dtype) == np.bool_ else dtype
+    src_size, dst_size = np.dtype(a.dtype).itemsize, np.dtype(target).itemsize
+    if src_size < dst_size:
+        a = a.reshape(-1, dst_size // src_size)
+    out = jax.lax.bitcast_convert_type(a, target).reshape(-1)
+    return out != 0 if target is not dtype else out
 
 
 def read(t: torch.Tensor) -> jax.Array:
@@ -225,7 +261,11 @@ def read(t: torch.Tensor) -> jax.Array:
     shape = tuple(t.shape)
     with jax.enable_x64(True):
         if t.dtype != cell.dtype:
-            a = _bitcast(a, jax_dtype(t.dtype))
+            a = _reinterpret(a, jax_dtype(t.dtype))
+            if a.size * t.dtype.itemsize == cell.size * cell.dtype.itemsize:
+                # NOTE: the storage is read as another dtype (a loaded checkpoint's
+                # bytes, say): keep it in that dtype so later reads need no bitcast.
+                cell.array, cell.dtype, cell.size = a, t.dtype, a.size
         if a.shape == shape and t.storage_offset() == 0 and t.is_contiguous():
             return a
         strides, offset = tuple(t.stride()), t.storage_offset()
@@ -259,9 +299,13 @@ def write(t: torch.Tensor, value: jax.Array) -> None:
             value = value.astype(jax_dtype(t.dtype))
         if tuple(value.shape) != shape:
             value = jnp.broadcast_to(value, shape)
-        if t.dtype != cell.dtype:
-            value = _bitcast(value, jax_dtype(cell.dtype))
         offset = t.storage_offset()
+        if t.dtype != cell.dtype:
+            _check_no_overlap(t)
+            base = _reinterpret(cell.materialize(), value.dtype)
+            new = _scatter_fn(shape, tuple(t.stride()), offset)(base, value)
+            cell.array = _reinterpret(new, jax_dtype(cell.dtype))
+            return
         if offset == 0 and value.size == cell.size and t.is_contiguous():
             cell.array = value
             return
@@ -273,8 +317,9 @@ def write(t: torch.Tensor, value: jax.Array) -> None:
 
 
 def resize_cell(t: torch.Tensor, size: int) -> None:
-    """Grow t's storage cell to ``size`` elements (new elements are zero)."""
+    """Grow t's storage cell to ``size`` elements of t's dtype (new elements are zero)."""
     cell = cell_of(t)
+    size = -(-size * t.dtype.itemsize // cell.dtype.itemsize)
     if size <= cell.size:
         return
     if cell.array is not None:

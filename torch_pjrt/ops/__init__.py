@@ -13,7 +13,14 @@ from torch_pjrt.diagnostics import metrics
 from torch_pjrt.ops import decompositions, registry
 from torch_pjrt.ops import memory  # noqa: F401  (registers the primitives)
 from torch_pjrt.ops import (  # noqa: F401  (each module registers its lowerings)
+    creation,
     elementwise,
+    indexing,
+    linalg,
+    nn,
+    random,
+    reduction,
+    shape,
 )
 
 log = logging.getLogger("torch_pjrt")
@@ -60,6 +67,7 @@ def install() -> None:
     for op, fn in decompositions.kernels(done, _has_kernel):
         _impl(lib, op, fn)
         done.add(op)
+    memory.register_host_pinning(lib)
     fallback = torch.library.Library("_", "IMPL")
     fallback.fallback(_cpu_fallback, "PrivateUse1")
     _lib, _fallback_lib = lib, fallback

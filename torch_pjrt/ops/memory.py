@@ -18,7 +18,14 @@ from torch_pjrt import runtime
 from torch_pjrt.diagnostics import metrics
 from torch_pjrt.ops.registry import implements
 from torch_pjrt.runtime.transfer import jax_dtype
-from torch_pjrt.tensor import cell_of, new_tensor, read, resize_cell, write
+from torch_pjrt.tensor import (
+    _contiguous_strides,
+    cell_of,
+    new_tensor,
+    read,
+    storage_size,
+    write,
+)
 
 aten = torch.ops.aten
 _META = DispatchKeySet(DispatchKey.Meta)
@@ -33,38 +40,26 @@ def _index(device) -> int:
     return index
 
 
-def _contiguous_strides(shape) -> tuple:
-    strides, acc = [], 1
-    for size in reversed(shape):
-        strides.append(acc)
-        acc *= max(size, 1)
-    return tuple(reversed(strides))
-
-
-def _storage_size(shape, strides) -> int:
-    if any(s == 0 for s in shape):
-        return 0
-    return 1 + sum((size - 1) * stride for size, stride in zip(shape, strides))
-
-
 def _check_dtype(dtype: torch.dtype) -> None:
     jax_dtype(dtype)  # raises TypeError naming the dtype and platform
 
 
-def _restride(t: torch.Tensor, shape, strides, offset: int = 0) -> torch.Tensor:
-    aten.set_.source_Storage_storage_offset.redispatch(
-        _META, t, t.untyped_storage(), offset, shape, strides
-    )
+def _point_at(t: torch.Tensor, storage, offset: int, shape, strides) -> torch.Tensor:
+    """Make t a view of ``storage`` with the given geometry, in place (``set_``).
+
+    NOTE: pjrt storages are not resizable (their sizes are fixed at creation), and
+    PyTorch's Meta ``set_`` insists on a resizable storage unless the new view is
+    empty; so t is first set to an empty view, then re-strided in place.
+    """
+    aten.set_.source_Storage_storage_offset.redispatch(_META, t, storage, offset, (0,), (1,))
+    if math.prod(shape) != 0 or tuple(shape) != (0,):
+        aten.as_strided_.default.redispatch(_META, t, tuple(shape), tuple(strides), offset)
     return t
 
 
 def empty_strided_tensor(shape, strides, dtype, index) -> torch.Tensor:
-    shape, strides = tuple(shape), tuple(strides)
     _check_dtype(dtype)
-    if strides == _contiguous_strides(shape):
-        return new_tensor(shape, dtype, index)
-    t = new_tensor((_storage_size(shape, strides),), dtype, index)
-    return _restride(t, shape, strides)
+    return new_tensor(shape, dtype, index, strides=strides)
 
 
 @implements(aten.empty.memory_format)
@@ -104,10 +99,6 @@ def register_meta_views(implements_fn) -> None:
         aten.view_as_real.default,
         aten.view_as_complex.default,
         aten.as_strided_.default,
-        aten.set_.source_Storage,
-        aten.set_.source_Storage_storage_offset,
-        aten.set_.source_Tensor,
-        aten.set_.default,
     ):
         implements_fn(op)(_meta_view(op))
 
@@ -125,13 +116,53 @@ def view_dtype(self, dtype):
     return aten.view.dtype.redispatch(_META, self, dtype)
 
 
+@implements(aten.set_.source_Storage_storage_offset)
+def set_source_storage_offset(self, source, storage_offset, size, stride=()):
+    if not stride:
+        stride = _contiguous_strides(size)
+    return _point_at(self, source, storage_offset, size, stride)
+
+
+@implements(aten.set_.source_Storage)
+def set_source_storage(self, source):
+    numel = source.nbytes() // self.dtype.itemsize
+    return _point_at(self, source, 0, (numel,), (1,))
+
+
+@implements(aten.set_.source_Tensor)
+def set_source_tensor(self, source):
+    return _point_at(
+        self, source.untyped_storage(), source.storage_offset(), source.shape, source.stride()
+    )
+
+
+@implements(aten.set_.default)
+def set_empty(self):
+    fresh = new_tensor((0,), self.dtype, self.device.index or 0)
+    return _point_at(self, fresh.untyped_storage(), 0, (0,), (1,))
+
+
 @implements(aten.resize_.default)
 def resize_(self, size, memory_format=None):
     shape = tuple(size)
+    if any(s < 0 for s in shape):
+        raise RuntimeError(f"Trying to create tensor with negative dimension: {list(shape)}")
     strides = _contiguous_strides(shape)
-    needed = self.storage_offset() + _storage_size(shape, strides)
-    resize_cell(self, needed)
-    return _restride(self, shape, strides, self.storage_offset())
+    offset = self.storage_offset()
+    needed = (offset + storage_size(shape, strides)) * self.dtype.itemsize
+    storage = self.untyped_storage()
+    if needed > storage.nbytes():
+        # a bigger storage, holding the old bytes first (PyTorch's realloc semantics)
+        old = cell_of(self)
+        grown = new_tensor((needed // old.dtype.itemsize + 1,), old.dtype, old.index)
+        if old.array is not None:
+            flat = old.array.reshape(-1)
+            with jax.enable_x64(True):
+                cell_of(grown).array = jnp.concatenate(
+                    [flat, jnp.zeros((cell_of(grown).size - flat.size,), flat.dtype)]
+                )
+        storage = grown.untyped_storage()
+    return _point_at(self, storage, offset, shape, strides)
 
 
 def _to_device(value: jax.Array, index: int) -> jax.Array:
@@ -228,6 +259,26 @@ def is_pinned(self, device=None):
     return False
 
 
+def _pin_memory(self, device=None):
+    """Pinned host memory: PJRT stages host<->device copies itself, so a pinned CPU
+    tensor is an ordinary CPU copy (what ``pin_memory()`` returns must not alias)."""
+    return self.clone()
+
+
+def _is_pinned_cpu(self, device=None):
+    return False
+
+
+def register_host_pinning(lib) -> None:
+    """``pin_memory()`` on CPU tensors with pjrt as the accelerator.
+
+    NOTE: PyTorch asks the PrivateUse1 hooks for a pinned-memory allocator, which the
+    pure-Python hooks cannot provide; these CPU kernels answer instead.
+    """
+    lib.impl("_pin_memory", _pin_memory, "CPU")
+    lib.impl("is_pinned", _is_pinned_cpu, "CPU")
+
+
 @implements(aten.record_stream.default)
 def record_stream(self, s):
     return None
@@ -239,4 +290,3 @@ def storage_bytes(t: torch.Tensor) -> int:
 
 
 __all__ = ["empty_strided_tensor", "storage_bytes"]
-del math

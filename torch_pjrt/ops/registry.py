@@ -230,12 +230,15 @@ class Kernel:
         vals = sig.values(args, kwargs)
         index = _device_index(vals, sig)
         arrays = []
+        has_tensors = False
         for i in sig.arrays:
             v = vals[i]
             if isinstance(v, (list, tuple)):
                 arrays.append([_array_of(t, index) for t in v])
+                has_tensors = True
             else:
                 arrays.append(_array_of(v, index))
+                has_tensors = has_tensors or isinstance(v, torch.Tensor)
         scalars = [vals[i] for i in sig.scalars]
         statics = tuple(_static(vals[i]) for i in sig.statics)
         program = self.cache.get(statics)
@@ -245,7 +248,7 @@ class Kernel:
         metrics.op(self.name)
         with jax.enable_x64(True):
             out = program(arrays, scalars, rng)
-            if index != 0 and not any(arrays) and rng is None:
+            if index != 0 and not has_tensors:
                 out = jax.device_put(out, runtime.device(index))
         return out, index
 
