@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
+import struct
 
 import jax
 import jax.numpy as jnp
@@ -86,21 +87,28 @@ class _DLTensor(ctypes.Structure):
 
 
 class _DLManagedTensor(ctypes.Structure):
-    pass
+    _fields_ = [
+        ("dl_tensor", _DLTensor),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", ctypes.c_void_p),
+    ]
 
 
-_DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensor))
-_DLManagedTensor._fields_ = [
-    ("dl_tensor", _DLTensor),
-    ("manager_ctx", ctypes.c_void_p),
-    ("deleter", _DELETER),
-]
-_dl_keep: dict[int, tuple] = {}
-
-
-@_DELETER
-def _dl_release(ptr):
-    _dl_keep.pop(ctypes.addressof(ptr.contents), None)
+# NOTE: each capsule is one malloc'd block (the struct, then shape and strides) whose
+# deleter is libc's free: PyTorch frees it when the storage dies, and no Python
+# callback runs inside the C++ destructor.
+_libc = ctypes.CDLL(None)
+_malloc = _libc.malloc
+_malloc.restype = ctypes.c_void_p
+_malloc.argtypes = [ctypes.c_size_t]
+_FREE = ctypes.cast(_libc.free, ctypes.c_void_p).value
+_HEADER = ctypes.sizeof(_DLManagedTensor)
+# data, device type and id, ndim, dtype code/bits/lanes, shape, strides, byte offset,
+# manager context, deleter: the DLManagedTensor layout, packed in one go
+_PACK_HEADER = struct.Struct("<QiiiBBHQQQQQ").pack
+assert struct.calcsize("<QiiiBBHQQQQQ") == _HEADER
+_memmove = ctypes.memmove
+_from_dlpack = torch._C._from_dlpack
 
 
 _capsule_new = ctypes.pythonapi.PyCapsule_New
@@ -121,12 +129,11 @@ def _fake_address(nbytes: int) -> int:
     return address
 
 
-def _dl_dtype(dtype: torch.dtype) -> _DLDataType:
+@functools.lru_cache(maxsize=None)
+def _dl_dtype(dtype: torch.dtype) -> tuple[int, int]:
     if dtype == torch.bfloat16:
-        code = 4
-    else:
-        code = _DL_CODES[np.dtype(jax_dtype(dtype)).kind]
-    return _DLDataType(code, dtype.itemsize * 8, 1)
+        return 4, 16
+    return _DL_CODES[np.dtype(jax_dtype(dtype)).kind], dtype.itemsize * 8
 
 
 def _handle(index: int, shape, strides, dtype: torch.dtype, nbytes: int) -> torch.Tensor:
@@ -137,18 +144,17 @@ def _handle(index: int, shape, strides, dtype: torch.dtype, nbytes: int) -> torc
     (``torch._C._acc.create_empty_tensor`` only makes ``pjrt:0`` with 0 bytes).
     """
     ndim = len(shape)
-    dims = (ctypes.c_int64 * max(ndim, 1))(*shape)
-    steps = (ctypes.c_int64 * max(ndim, 1))(*strides)
-    m = _DLManagedTensor()
-    m.dl_tensor.data = _fake_address(nbytes)
-    m.dl_tensor.device = _DLDevice(12, index)
-    m.dl_tensor.ndim = ndim
-    m.dl_tensor.dtype = _dl_dtype(dtype)
-    m.dl_tensor.shape = dims
-    m.dl_tensor.strides = steps
-    m.deleter = _dl_release
-    _dl_keep[ctypes.addressof(m)] = (m, dims, steps)
-    return torch._C._from_dlpack(_capsule_new(ctypes.addressof(m), b"dltensor", None))
+    size = _HEADER + 16 * ndim
+    block = _malloc(size)
+    if not block:
+        raise MemoryError("pjrt: out of host memory for a tensor handle")
+    code, bits = _dl_dtype(dtype)
+    header = _PACK_HEADER(
+        _fake_address(nbytes), 12, index, ndim, code, bits, 1,
+        block + _HEADER, block + _HEADER + 8 * ndim, 0, 0, _FREE,
+    )
+    _memmove(block, header + struct.pack(f"<{2 * ndim}q", *shape, *strides), size)
+    return _from_dlpack(_capsule_new(block, b"dltensor", None))
 
 
 def _contiguous_strides(shape) -> tuple:

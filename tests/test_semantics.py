@@ -1,0 +1,216 @@
+"""Exact tensor semantics on pjrt, checked against the same code on the CPU.
+
+Each case is a function of a device; it runs on "cpu" and on "pjrt", and the
+results (values, shapes, strides, aliasing facts) must be equal.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import torch_pjrt  # noqa: F401
+
+
+def _cpu(x):
+    if isinstance(x, torch.Tensor):
+        return x.cpu()
+    if isinstance(x, (list, tuple)):
+        return type(x)(_cpu(v) for v in x)
+    return x
+
+
+def _same_on_both(case):
+    expected = case("cpu")
+    got = case("pjrt")
+    torch.testing.assert_close(_cpu(got), expected, rtol=0, atol=0)
+
+
+def base(device):
+    return torch.arange(24.0).reshape(4, 6).clone().to(device)
+
+
+VIEW_WRITES = {
+    "slice": lambda a: a[1:3, 2:5],
+    "step_slice": lambda a: a[::2, 1::3],
+    "view": lambda a: a.view(6, 4),
+    "reshape_view": lambda a: a.reshape(2, 12),
+    "t": lambda a: a.t(),
+    "transpose": lambda a: a.transpose(0, 1),
+    "permute": lambda a: a.view(2, 2, 6).permute(2, 0, 1),
+    "select": lambda a: a.select(1, 3),
+    "index_int": lambda a: a[2],
+    "diagonal": lambda a: a.diagonal(),
+    "diagonal_offset": lambda a: a.diagonal(offset=1),
+    "unfold": lambda a: a[0].unfold(0, 2, 2),
+    "as_strided": lambda a: a.as_strided((3, 3), (7, 1), 1),
+    "narrow": lambda a: a.narrow(1, 2, 3),
+    "unbind": lambda a: a.unbind(0)[2],
+    "split": lambda a: a.split(2, dim=1)[1],
+    "chunk": lambda a: a.chunk(3, dim=0)[1],
+    "squeeze_unsqueeze": lambda a: a.unsqueeze(0)[0],
+    "flatten": lambda a: a.flatten(),
+    "view_of_view": lambda a: a[1:].t()[2:4],
+}
+
+
+@pytest.mark.parametrize("name", sorted(VIEW_WRITES))
+def test_inplace_through_view_is_seen_by_base_and_views(name):
+    make_view = VIEW_WRITES[name]
+
+    def case(device):
+        a = base(device)
+        v = make_view(a)
+        other = a.view(-1)  # a second view of the same storage
+        v.mul_(-1).add_(0.5)
+        return a, v, other, v.shape, v.stride(), v.storage_offset(), v._base is a
+
+    _same_on_both(case)
+
+
+def test_expand_is_a_view_and_rejects_inplace_writes():
+    a = torch.arange(3.0, device="pjrt")
+    e = a.expand(4, 3)
+    assert e._base is a and e.stride() == (0, 1)
+    a.add_(1)
+    torch.testing.assert_close(e.cpu(), torch.arange(1.0, 4.0).expand(4, 3))
+    with pytest.raises(RuntimeError, match="single memory location"):
+        e.add_(1)
+
+
+def test_reshape_copies_when_it_cannot_view():
+    def case(device):
+        a = base(device)
+        r = a.t().reshape(-1)
+        r.fill_(7)
+        return a, r, r._base is None
+
+    _same_on_both(case)
+
+
+def test_copy_between_cpu_and_devices():
+    n = torch.pjrt.device_count()
+    assert n >= 2, "the test suite runs with 2 CPU devices (tests/conftest.py)"
+    src = torch.randn(3, 4)
+    on0 = src.to("pjrt:0")
+    on1 = on0.to("pjrt:1")
+    assert on1.device == torch.device("pjrt:1")
+    back = torch.empty(3, 4, device="pjrt:0")
+    back.copy_(on1)
+    torch.testing.assert_close(back.cpu(), src, rtol=0, atol=0)
+    host = torch.empty(3, 4)
+    host.copy_(on1)
+    torch.testing.assert_close(host, src, rtol=0, atol=0)
+    # copy_ into a strided view, with broadcasting and a dtype change
+    dst = torch.zeros(4, 3, dtype=torch.float64, device="pjrt:1")
+    dst.t().copy_(torch.arange(4.0))
+    expected = torch.zeros(4, 3, dtype=torch.float64)
+    expected.t().copy_(torch.arange(4.0))
+    torch.testing.assert_close(dst.cpu(), expected)
+    assert (on1 + 1).device == torch.device("pjrt:1")
+
+
+def test_non_blocking_and_pin_memory():
+    x = torch.randn(5)
+    pinned = x.pin_memory()
+    assert pinned.data_ptr() != x.data_ptr()
+    y = pinned.to("pjrt", non_blocking=True)
+    torch.testing.assert_close(y.cpu(), x, rtol=0, atol=0)
+    data = torch.utils.data.TensorDataset(torch.arange(8.0).view(4, 2), torch.arange(4))
+    loader = torch.utils.data.DataLoader(data, batch_size=2, pin_memory=True)
+    seen = [xb.to("pjrt", non_blocking=True).sum().item() for xb, _ in loader]
+    assert seen == [6.0, 22.0]
+
+
+def test_set_resize_contiguous():
+    def case(device):
+        a = torch.arange(6.0, device=device)
+        b = torch.empty(0, device=device)
+        b.set_(a)
+        b[0] = 100.0
+        c = torch.empty(0, device=device).set_(a.untyped_storage(), 2, (2, 2), (1, 2))
+        r = torch.arange(4.0, device=device)
+        r.resize_(2, 3)
+        r[1].fill_(9.0)  # elements past the old end are uninitialized on CPU: write them
+        t = a.view(2, 3).t()
+        cont = t.contiguous()
+        return a, b, c, r.shape, r[0, :1], cont, cont.is_contiguous(), t.is_contiguous()
+
+    _same_on_both(case)
+
+
+def test_version_counter_error_matches_cpu():
+    def run(device):
+        x = torch.ones(3, device=device, requires_grad=True)
+        y = x.exp()
+        y.add_(1)
+        with pytest.raises(RuntimeError) as info:
+            y.sum().backward()
+        return str(info.value).split(";")[0].replace(device, "X")
+
+    cpu_msg = run("cpu").replace("FloatType", "")
+    pjrt_msg = run("pjrt").replace("pjrtFloatType", "").replace("X", "")
+    assert "modified by an inplace operation" in pjrt_msg
+    assert pjrt_msg.split("]")[1] == cpu_msg.split("]")[1]
+
+
+def test_version_counter_increments():
+    a = torch.zeros(3, device="pjrt")
+    v = a[1:]
+    start = a._version
+    v.add_(1)
+    assert a._version == start + 1 == v._version
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        torch.float32,
+        torch.float64,
+        torch.bfloat16,
+        torch.float16,
+        torch.int8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.uint8,
+        torch.bool,
+        torch.complex64,
+    ],
+)
+def test_dtype_round_trip(dtype):
+    x = (torch.arange(-3, 5).reshape(2, 4) * 3).to(dtype)
+    y = x.to("pjrt")
+    assert y.dtype == dtype and y.device.type == "pjrt"
+    torch.testing.assert_close(y.cpu(), x, rtol=0, atol=0)
+
+
+def test_int64_and_float64_keep_range_and_precision():
+    big = torch.tensor([2**40 + 1, -(2**62) + 3, 2**63 - 1], dtype=torch.int64)
+    assert big.to("pjrt").cpu().tolist() == big.tolist()
+    tiny = torch.tensor([1e-300, 1.0 + 2**-52, 1e300], dtype=torch.float64)
+    assert tiny.to("pjrt").cpu().tolist() == tiny.tolist()
+    # arithmetic keeps them too
+    assert (big.to("pjrt")[:1] + 1).item() == 2**40 + 2
+    assert (tiny.to("pjrt")[1:2] - 1).item() == 2**-52
+
+
+def test_print_repr_item_tolist():
+    x = torch.tensor([[1.5, -2.0], [3.25, 4.0]])
+    y = x.to("pjrt")
+    assert repr(y) == repr(x)[:-1] + ", device='pjrt:0')"
+    assert str(y) == repr(y)
+    assert y[1, 0].item() == 3.25
+    assert y.tolist() == x.tolist()
+    assert bool(y[0, 0] > 1) is True
+
+
+def test_numpy_raises_like_cuda():
+    with pytest.raises(TypeError, match="can't convert pjrt:0 device type tensor to numpy"):
+        torch.ones(2, device="pjrt").numpy()
+
+
+def test_dtype_view_reinterprets_bytes():
+    x = torch.tensor([1.0, -2.0, 0.5])
+    got = x.to("pjrt").view(torch.int32).cpu()
+    torch.testing.assert_close(got, x.view(torch.int32), rtol=0, atol=0)
