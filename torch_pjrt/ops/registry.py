@@ -246,10 +246,13 @@ class Kernel:
             program = self._program(statics)
         rng = pjrt_random.next_key_parts(index) if self.lowering.random else None
         metrics.op(self.name)
-        with jax.enable_x64(True):
-            out = program(arrays, scalars, rng)
-            if index != 0 and not has_tensors:
-                out = jax.device_put(out, runtime.device(index))
+        try:
+            with jax.enable_x64(True):
+                out = program(arrays, scalars, rng)
+                if index != 0 and not has_tensors:
+                    out = jax.device_put(out, runtime.device(index))
+        except Exception as exc:  # noqa: BLE001  (re-raised with PyTorch's message)
+            raise _explain(self.op, args, kwargs, exc) from exc
         return out, index
 
     def __call__(self, *args, **kwargs):
@@ -262,6 +265,28 @@ class Kernel:
         if self.returns_tuple:
             return tuple(wrap(a, index) for a in out)
         return wrap(out, index)
+
+
+def _to_meta(x):
+    if isinstance(x, torch.Tensor):
+        return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+    if isinstance(x, (list, tuple)):
+        return type(x)(_to_meta(v) for v in x)
+    return x
+
+
+def _explain(op: OpOverload, args, kwargs, exc: Exception) -> Exception:
+    """The error a failed lowering should raise: PyTorch's own message when PyTorch
+    rejects the same call (its Meta kernel raises), else a bug report with op context."""
+    try:
+        op(*_to_meta(args), **{k: _to_meta(v) for k, v in kwargs.items()})
+    except Exception as meta_exc:  # noqa: BLE001  (this is the error PyTorch gives)
+        return meta_exc
+    return RuntimeError(
+        f"pjrt: the lowering of {op} failed: {type(exc).__name__}: {exc}\n"
+        "PyTorch accepts these arguments, so this is a torch_pjrt bug; please report it "
+        "with this message."
+    )
 
 
 def _check_cast(result_dtype: torch.dtype, out: torch.Tensor) -> None:

@@ -1,0 +1,160 @@
+"""The pjrt device as PyTorch sees it: registration, torch.pjrt, seeds, memory, platform."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import torch_pjrt
+
+
+def _run(code: str, **env) -> subprocess.CompletedProcess:
+    full_env = dict(os.environ)
+    full_env.update(env)
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=full_env, timeout=300
+    )
+
+
+def test_registration_is_idempotent_and_names_the_device():
+    torch_pjrt._device.register()
+    torch_pjrt._device.register()
+    assert torch._C._get_privateuse1_backend_name() == "pjrt"
+    assert torch.device("pjrt").type == "pjrt"
+    assert torch.accelerator.current_accelerator() == torch.device("pjrt")
+    assert torch.accelerator.is_available()
+
+
+def test_tensor_and_module_helpers():
+    t = torch.ones(2).pjrt()
+    assert t.is_pjrt and t.device == torch.device("pjrt:0")
+    assert not torch.ones(2).is_pjrt
+    m = torch.nn.Linear(3, 2).pjrt()
+    assert all(p.device.type == "pjrt" for p in m.parameters())
+    m2 = torch.nn.Linear(3, 2).to("pjrt")
+    assert m2.weight.is_pjrt
+
+
+def test_device_module_api():
+    assert torch.pjrt.is_available()
+    assert torch.pjrt.device_count() == 2  # tests/conftest.py asks for 2 CPU devices
+    assert torch.pjrt.current_device() == 0
+    assert isinstance(torch.pjrt.get_device_name(), str)
+    props = torch.pjrt.get_device_properties(0)
+    assert props.total_memory > 0 and props.name == torch.pjrt.get_device_name(0)
+    torch.pjrt.synchronize()
+    torch.pjrt.set_device(1)
+    try:
+        assert torch.pjrt.current_device() == 1
+        assert torch.empty(2, device="pjrt").device == torch.device("pjrt:1")
+        with torch.pjrt.device(0):
+            assert torch.pjrt.current_device() == 0
+        assert torch.pjrt.current_device() == 1
+    finally:
+        torch.pjrt.set_device(0)
+
+
+def test_memory_statistics_follow_allocations():
+    torch.pjrt.synchronize()
+    before = torch.pjrt.memory_allocated()
+    x = torch.ones(1 << 20, device="pjrt") * 2  # 4 MiB on the device
+    x.sum().item()
+    during = torch.pjrt.memory_allocated()
+    assert during - before >= 4 << 20
+    assert torch.pjrt.max_memory_allocated() >= during
+    stats = torch.pjrt.memory_stats()
+    assert stats["allocated_bytes.all.current"] == during
+    del x
+    assert torch.pjrt.memory_allocated() <= during - (4 << 20)
+    torch.pjrt.reset_peak_memory_stats()
+    assert torch.pjrt.max_memory_allocated() == torch.pjrt.memory_allocated()
+
+
+def test_manual_seed_makes_random_ops_reproducible():
+    torch.manual_seed(1234)
+    a = torch.rand(5, device="pjrt").cpu()
+    b = torch.rand(5, device="pjrt").cpu()
+    torch.manual_seed(1234)
+    a2 = torch.rand(5, device="pjrt").cpu()
+    assert torch.equal(a, a2)
+    assert not torch.equal(a, b)
+    torch.pjrt.manual_seed(7)
+    c = torch.randn(4, device="pjrt").cpu()
+    torch.pjrt.manual_seed(7)
+    assert torch.equal(c, torch.randn(4, device="pjrt").cpu())
+
+
+def test_rng_state_round_trip():
+    torch.pjrt.manual_seed_all(3)
+    state = torch.pjrt.get_rng_state()
+    first = torch.rand(3, device="pjrt").cpu()
+    torch.pjrt.set_rng_state(state)
+    assert torch.equal(first, torch.rand(3, device="pjrt").cpu())
+    with torch.random.fork_rng(device_type="pjrt"):
+        torch.rand(3, device="pjrt")
+    after_fork = torch.rand(3, device="pjrt").cpu()
+    torch.pjrt.set_rng_state(state)
+    torch.rand(3, device="pjrt")
+    assert torch.equal(after_fork, torch.rand(3, device="pjrt").cpu())
+
+
+def test_entry_point_is_declared():
+    names = {ep.name: ep.value for ep in importlib.metadata.entry_points(group="torch.backends")}
+    assert names.get("pjrt") == "torch_pjrt:_autoload"
+
+
+def test_autoload_without_import():
+    out = _run("import torch; print(torch.ones(2, device='pjrt'))")
+    assert out.returncode == 0, out.stderr
+    assert "device='pjrt:0'" in out.stdout
+
+
+def test_autoload_can_be_turned_off():
+    out = _run(
+        "import torch; torch.ones(2, device='pjrt')", TORCH_DEVICE_BACKEND_AUTOLOAD="0"
+    )
+    assert out.returncode != 0
+    assert "pjrt" in out.stderr
+
+
+def test_missing_platform_names_the_plugin():
+    out = _run(
+        "import torch, torch_pjrt; torch.ones(2, device='pjrt')",
+        PJRT_DEVICE="TPU",
+        JAX_PLATFORMS="",
+    )
+    assert out.returncode != 0
+    assert "PlatformError" in out.stderr and "libtpu" in out.stderr
+
+
+def test_init_selects_platform_and_device_count():
+    code = (
+        "import torch_pjrt, torch; print(torch_pjrt.init(platform='CPU'), "
+        "torch.pjrt.device_count())"
+    )
+    out = _run(code, TORCH_PJRT_CPU_DEVICES="3", XLA_FLAGS="")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["cpu", "3"]
+
+
+def test_import_has_no_side_effects_on_jax_or_environment():
+    code = (
+        "import os, jax; env = dict(os.environ); x64 = jax.config.jax_enable_x64; "
+        "import torch_pjrt; assert dict(os.environ) == env; "
+        "assert jax.config.jax_enable_x64 == x64; "
+        "import jax._src.xla_bridge as xb; assert not xb.backends_are_initialized(); print('ok')"
+    )
+    out = _run(code)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+@pytest.mark.parametrize("index", [2, 99])
+def test_invalid_device_index(index):
+    with pytest.raises(RuntimeError, match=f"Invalid device pjrt:{index}"):
+        torch.ones(2, device=f"pjrt:{index}")

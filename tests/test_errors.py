@@ -1,0 +1,119 @@
+"""Errors on pjrt read like PyTorch's (as CUDA's do), never as a raw JAX traceback."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import torch_pjrt
+from torch_pjrt.diagnostics import metrics
+
+# An op PyTorch knows but torch_pjrt never lowers: it exercises the CPU fallback.
+_lib = torch.library.Library("pjrt_test", "DEF")
+_lib.define("twice(Tensor x) -> Tensor")
+_lib.impl("twice", lambda x: x * 2, "CPU")
+
+
+def test_mixing_cpu_and_pjrt_tensors():
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.ones(3, device="pjrt") + torch.ones(3)
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.ones(3) * torch.ones(3, device="pjrt")
+
+
+def test_a_cpu_scalar_tensor_mixes_like_on_cuda():
+    got = torch.ones(3, device="pjrt") + torch.tensor(2.0)
+    assert got.device.type == "pjrt"
+    torch.testing.assert_close(got.cpu(), torch.full((3,), 3.0))
+
+
+def test_mixing_two_pjrt_devices():
+    with pytest.raises(RuntimeError, match="pjrt:0 and pjrt:1|pjrt:1 and pjrt:0"):
+        torch.ones(3, device="pjrt:0") + torch.ones(3, device="pjrt:1")
+
+
+@pytest.mark.parametrize("index", [2, 99])
+def test_invalid_device_index(index):
+    with pytest.raises(RuntimeError, match=f"Invalid device pjrt:{index}"):
+        torch.ones(2, device=f"pjrt:{index}")
+
+
+def test_unsupported_dtype_names_dtype_and_platform():
+    with pytest.raises(TypeError, match=r"complex32.*platform 'cpu'"):
+        torch.empty(2, dtype=torch.complex32, device="pjrt")
+
+
+def test_shape_errors_come_from_pytorch():
+    with pytest.raises(RuntimeError, match="broadcast|must match the size"):
+        torch.ones(2, 3, device="pjrt") + torch.ones(4, device="pjrt")
+
+
+def test_inplace_result_shape_mismatch():
+    a = torch.ones(3, device="pjrt")
+    with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+        a.add_(torch.ones(2, 3, device="pjrt"))
+
+
+def test_inplace_result_dtype_cannot_be_cast():
+    a = torch.ones(3, dtype=torch.int64, device="pjrt")
+    with pytest.raises(RuntimeError, match="result type Float can't be cast to the desired"):
+        a.add_(torch.ones(3, device="pjrt"))
+
+
+def test_out_tensor_on_the_wrong_device():
+    with pytest.raises(RuntimeError, match="Expected out tensor to have device pjrt:0"):
+        torch.add(torch.ones(2, device="pjrt"), 1, out=torch.empty(2))
+
+
+def test_out_resize_warns_as_on_cpu():
+    out = torch.empty(5, device="pjrt")
+    with pytest.warns(UserWarning, match="An output with one or more elements was resized"):
+        torch.add(torch.ones(2, device="pjrt"), 1, out=out)
+    assert out.shape == (2,)
+    torch.testing.assert_close(out.cpu(), torch.full((2,), 2.0))
+
+
+def test_fallback_runs_on_cpu_warns_once_and_counts():
+    metrics.reset()
+    x = torch.arange(3.0, device="pjrt")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = torch.ops.pjrt_test.twice(x)
+        second = torch.ops.pjrt_test.twice(x)
+    messages = [str(w.message) for w in caught if "pjrt_test.twice" in str(w.message)]
+    assert len(messages) <= 1  # once per op per process (an earlier test may have warned)
+    assert first.device.type == "pjrt"
+    torch.testing.assert_close(second.cpu(), torch.tensor([0.0, 2.0, 4.0]))
+    assert metrics.as_dict()["fallbacks"]["pjrt_test.twice.default"] == 2
+
+
+def test_fallback_error_names_op_and_schema():
+    x = torch.arange(3.0, device="pjrt")
+    with torch_pjrt.config(fallback="error"):
+        with pytest.raises(torch_pjrt.LoweringMissing) as info:
+            torch.ops.pjrt_test.twice(x)
+    message = str(info.value)
+    assert "pjrt_test.twice.default" in message
+    assert "pjrt_test::twice(Tensor x) -> Tensor" in message
+    assert "TORCH_PJRT_FALLBACK" in message
+    assert isinstance(info.value, NotImplementedError)
+
+
+def test_fallback_error_from_the_environment():
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import torch, torch_pjrt\n"
+        "lib = torch.library.Library('pjrt_test', 'DEF')\n"
+        "lib.define('twice(Tensor x) -> Tensor')\n"
+        "lib.impl('twice', lambda x: x * 2, 'CPU')\n"
+        "torch.ops.pjrt_test.twice(torch.ones(2, device='pjrt'))\n"
+    )
+    env = dict(os.environ, TORCH_PJRT_FALLBACK="error")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode != 0
+    assert "LoweringMissing" in out.stderr
