@@ -1,0 +1,54 @@
+# torch_pjrt developer entry points.
+#   make demo      train the small GPT example on the pjrt device
+#   make test      fast test suite (pytest-xdist, $(JOBS) workers)
+#   make test-all  exhaustive run, slow tests included
+#   make lint      ruff, if installed
+#   make clean     remove build artefacts (and the venv with `make distclean`)
+
+PYTHON ?= python3
+JOBS ?= 2
+VENV ?= .venv
+VPY := $(VENV)/bin/python
+VPIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: all venv demo test test-all lint clean distclean
+
+all: test
+
+venv: $(STAMP)
+
+# Create the venv if missing, install the pinned deps, then the package itself
+# (editable, no deps so the lock file stays authoritative). Reruns whenever the
+# lock file or pyproject.toml changes.
+$(STAMP): requirements-lock.txt pyproject.toml
+	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	$(VPIP) install -r requirements-lock.txt
+	$(VPIP) install --no-deps -e .
+	@touch $@
+
+demo: $(STAMP)
+	$(VPY) examples/gpt/train.py
+
+test: $(STAMP)
+	$(VPY) -m pytest -x -q -n $(JOBS) -m "not slow" $(PYTEST_ARGS) tests
+
+test-all: $(STAMP)
+	$(VPY) -m pytest -q -n $(JOBS) -m "slow or not slow" $(PYTEST_ARGS) tests
+
+lint:
+	@if command -v ruff >/dev/null 2>&1; then \
+		ruff check torch_pjrt tests examples; \
+	elif test -x $(VENV)/bin/ruff; then \
+		$(VENV)/bin/ruff check torch_pjrt tests examples; \
+	else \
+		echo "ruff not installed; skipping lint (pip install ruff)"; \
+	fi
+
+clean:
+	rm -rf build dist *.egg-info .pytest_cache .ruff_cache out examples/gpt/out
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV)
