@@ -11,11 +11,26 @@ Example:
 
 from __future__ import annotations
 
-from torch_pjrt import _device
-from torch_pjrt.config import config, settings
-from torch_pjrt.diagnostics import metrics
-from torch_pjrt.ops.registry import LoweringMissing
-from torch_pjrt.runtime import PlatformError, current_platform, init
+
+def _autoload() -> None:
+    """Entry point for PyTorch's device-backend autoload (``torch.backends`` group).
+
+    NOTE: defined before anything imports torch: with the package installed,
+    ``import torch`` (triggered below) calls this while torch_pjrt is still importing.
+    """
+    from torch_pjrt import _device
+
+    _device.register()
+
+
+# With the package installed, this import runs _autoload() (above) via the entry point.
+import torch  # noqa: E402, F401
+
+from torch_pjrt import _device  # noqa: E402
+from torch_pjrt.config import config, settings  # noqa: E402
+from torch_pjrt.diagnostics import metrics  # noqa: E402
+from torch_pjrt.ops.registry import LoweringMissing  # noqa: E402
+from torch_pjrt.runtime import PlatformError, current_platform, init  # noqa: E402
 
 __all__ = [
     "LoweringMissing",
@@ -30,8 +45,3 @@ __all__ = [
 __version__ = "0.1.0"
 
 _device.register()
-
-
-def _autoload() -> None:
-    """Entry point for PyTorch's device-backend autoload (``torch.backends`` group)."""
-    _device.register()

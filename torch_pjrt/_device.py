@@ -60,7 +60,7 @@ class DeviceModule:
 
     @staticmethod
     def set_device(device) -> None:
-        """Make ``pjrt:device`` the default pjrt device of this thread's process."""
+        """Make ``pjrt:device`` the process's default pjrt device."""
         index = _index(device)
         runtime.device(index)
         pjrt_random.set_current_device(index)

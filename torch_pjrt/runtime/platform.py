@@ -25,7 +25,7 @@ _PLUGIN_PACKAGES = {
     "tpu": "libtpu (pip install 'jax[tpu]')",
     "cuda": "jax-cuda12-plugin or jax-cuda13-plugin (pip install 'jax[cuda12]' or 'jax[cuda13]')",
     "gpu": "jax-cuda12-plugin or jax-cuda13-plugin (pip install 'jax[cuda12]' or 'jax[cuda13]')",
-    "rocm": "jax-rocm7-plugin (pip install 'jax[rocm]')",
+    "rocm": "jax-rocm7-plugin (pip install 'jax[rocm7-local]')",
     "neuron": "jax-neuronx (AWS Neuron's JAX plugin)",
     "METAL": "jax-metal",
 }
@@ -93,7 +93,9 @@ def init(platform: str | None = None) -> str:
     with _state.lock:
         wanted = _normalize(platform) if platform else None
         if _state.platform is not None:
-            if wanted is not None and wanted != _state.platform:
+            if wanted is not None and wanted != _state.platform and (
+                _available(wanted) != _state.devices
+            ):
                 raise PlatformError(
                     f"torch_pjrt is already running on platform '{_state.platform}'; the "
                     f"platform must be chosen (here '{wanted}') before the first pjrt tensor "
@@ -122,7 +124,8 @@ def init(platform: str | None = None) -> str:
                     break
             if not found:
                 wanted, found = "cpu", _available("cpu")
-        _state.platform = found[0].platform if found else wanted
+        # NOTE: the name asked for ("cuda"), not the devices' own ("gpu")
+        _state.platform = wanted
         _state.devices = found
         log.info("torch_pjrt: platform %s with %d device(s)", _state.platform, len(found))
         return _state.platform
