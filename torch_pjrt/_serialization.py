@@ -16,22 +16,49 @@ from torch_pjrt import runtime
 _LOCATION = re.compile(r"^pjrt(?::(\d+))?$")
 
 
+def storage_on_device(storage, index: int):
+    """A new pjrt storage on ``pjrt:index`` holding the bytes of a CPU storage."""
+    from torch_pjrt.tensor import cell_of, new_tensor
+
+    device = runtime.device(index)
+    host = torch.empty(0, dtype=torch.uint8).set_(storage)
+    t = new_tensor((host.numel(),), torch.uint8, index)
+    if host.numel():
+        cell_of(t).array = runtime.from_host(host, device)
+    return t.untyped_storage()
+
+
 def _restore(obj, location: str):
     match = _LOCATION.match(location)
     if match is None:
         return None
     from torch_pjrt import random as pjrt_random
-    from torch_pjrt.tensor import new_tensor
 
     index = int(match.group(1)) if match.group(1) else pjrt_random.current_device()
-    device = runtime.device(index)
-    host = torch.empty(0, dtype=torch.uint8).set_(obj.untyped() if hasattr(obj, "untyped") else obj)
-    t = new_tensor((host.numel(),), torch.uint8, index)
-    if host.numel():
-        from torch_pjrt.tensor import cell_of
+    return storage_on_device(obj.untyped() if hasattr(obj, "untyped") else obj, index)
 
-        cell_of(t).array = runtime.from_host(host, device)
-    return t.untyped_storage()
+
+def _storage_to_pjrt(self, device=None, non_blocking=False):
+    """``storage.pjrt()``: PyTorch's generated version allocates through a C++ allocator
+    that a Python backend cannot register (it crashes), so storages move via the host."""
+    from torch_pjrt import random as pjrt_random
+
+    if device is None:
+        index = pjrt_random.current_device()
+    elif isinstance(device, int):
+        index = device
+    else:
+        device = torch.device(device)
+        index = device.index if device.index is not None else pjrt_random.current_device()
+    untyped = self.untyped() if isinstance(self, torch.TypedStorage) else self
+    if untyped.device.type == "pjrt":
+        if (untyped.device.index or 0) == index:
+            return self
+        untyped = untyped.cpu()
+    moved = storage_on_device(untyped, index)
+    if isinstance(self, torch.TypedStorage):
+        return torch.TypedStorage(wrap_storage=moved, dtype=self.dtype, _internal=True)
+    return moved
 
 
 def _tag(obj):
@@ -42,3 +69,5 @@ def _tag(obj):
 
 def register() -> None:
     torch.serialization.register_package(19, _tag, _restore)
+    torch.storage._StorageBase.pjrt = _storage_to_pjrt
+    torch.storage.TypedStorage.pjrt = _storage_to_pjrt
