@@ -10,7 +10,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from torch_pjrt.config import settings
 from torch_pjrt.diagnostics import metrics
-from torch_pjrt.ops import decompositions, registry
+from torch_pjrt.ops import decompositions, foreach, registry
 from torch_pjrt.ops import memory  # noqa: F401  (registers the primitives)
 from torch_pjrt.ops import (  # noqa: F401  (each module registers its lowerings)
     creation,
@@ -50,6 +50,7 @@ def install() -> None:
     for op, fn in registry._RAW.items():
         _impl(lib, op, fn)
         done.add(op)
+    registry._TABLE.update(foreach.derive(registry._TABLE))
     kernels = {}
     for op, lowering in registry._TABLE.items():
         kernels[op] = kernel = registry.Kernel(op, lowering)

@@ -108,7 +108,7 @@ def _kind(type_str: str) -> int:
         return _TENSOR
     if type_str in ("List[Tensor]", "List[Optional[Tensor]]"):
         return _TENSOR_LIST
-    if type_str in ("number", "Optional[number]"):
+    if type_str in ("number", "Optional[number]", "List[number]"):
         return _SCALAR
     return _STATIC
 
@@ -342,6 +342,10 @@ class InplaceKernel:
     def __call__(self, *args, **kwargs):
         out, _ = self.functional.compute(args, kwargs)
         self_ = args[0] if args else kwargs["self"]
+        if isinstance(self_, (list, tuple)):  # _foreach_*_: returns nothing
+            for t, value in zip(self_, out):
+                _store(t, value, inplace=True)
+            return None
         _store(self_, out, inplace=True)
         return self_
 
