@@ -380,14 +380,19 @@ def _arg_signature(op: OpOverload) -> tuple:
 
 
 def inplace_variant(op: OpOverload) -> OpOverload | None:
+    """The ``op_`` overload with the same arguments as ``op`` (names and types)."""
     packet = getattr(aten, op._schema.name.split("::")[1] + "_", None)
-    if packet is None or op._overloadname not in packet.overloads():
+    if packet is None:
         return None
-    variant = getattr(packet, op._overloadname)
-    first = variant._schema.arguments[0] if variant._schema.arguments else None
-    if first is None or first.alias_info is None or not first.alias_info.is_write:
-        return None
-    return variant
+    want = _arg_signature(op)
+    for name in packet.overloads():
+        variant = getattr(packet, name)
+        first = variant._schema.arguments[0] if variant._schema.arguments else None
+        if first is None or first.alias_info is None or not first.alias_info.is_write:
+            continue
+        if _arg_signature(variant) == want:
+            return variant
+    return None
 
 
 def out_variants(op: OpOverload) -> list[tuple[OpOverload, list[str]]]:

@@ -1,0 +1,509 @@
+"""Reduction lowerings: sums and means, extrema with indices, statistics, scans, sorting."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import torch
+from jax import lax
+
+from torch_pjrt.ops._promote import KIND, result_type
+from torch_pjrt.ops.registry import lowers
+from torch_pjrt.runtime.transfer import jax_dtype
+
+aten = torch.ops.aten
+
+_LOW = (jnp.float16, jnp.bfloat16)
+
+
+# --- helpers ------------------------------------------------------------------------
+
+
+def _wrap(d: int, ndim: int) -> int:
+    n = ndim if ndim > 0 else 1
+    if not -n <= d < n:
+        raise IndexError(
+            f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {d})"
+        )
+    return d % n
+
+
+def _axes(dim, ndim: int) -> tuple:
+    """Reduced axes; None or an empty list mean all of them, as in ATen."""
+    if dim is None:
+        return tuple(range(ndim))
+    dims = (dim,) if isinstance(dim, int) else tuple(dim)
+    if not dims:
+        return tuple(range(ndim))
+    axes = tuple(sorted({_wrap(d, ndim) for d in dims}))
+    return tuple(a for a in axes if a < ndim)  # dim 0 of a 0-d tensor reduces nothing
+
+
+def _is_float(x) -> bool:
+    return jnp.issubdtype(x.dtype, jnp.inexact)
+
+
+def _acc(dtype):
+    """Accumulation dtype: ATen's CPU reductions sum half types in float32."""
+    return jnp.float32 if dtype in _LOW else dtype
+
+
+def _int_to_long(x, dtype):
+    """The dtype of sum/prod/cumsum: ``dtype`` if given, int64 for integers and bool."""
+    if dtype is not None:
+        return jax_dtype(dtype)
+    return x.dtype if _is_float(x) else jnp.int64
+
+
+def _count(shape, axes) -> int:
+    n = 1
+    for a in axes:
+        n *= shape[a]
+    return n
+
+
+def _last(x, dim):
+    """``x`` with ``dim`` moved last (0-d tensors become 1-element vectors)."""
+    if x.ndim == 0:
+        return x.reshape(1)
+    return jnp.moveaxis(x, _wrap(dim, x.ndim), -1)
+
+
+def _unlast(y, like, dim, keepdim):
+    """Undo :func:`_last` for a result that reduced the last axis to one element."""
+    if like.ndim == 0:
+        return y.reshape(())
+    y = jnp.moveaxis(y, -1, _wrap(dim, like.ndim))
+    return y if keepdim else jnp.squeeze(y, _wrap(dim, like.ndim))
+
+
+def _require_float(name, x):
+    if not _is_float(x):
+        raise RuntimeError(f"{name}: Expected a floating point or complex tensor as input.")
+
+
+# --- sums, products, means ----------------------------------------------------------
+
+
+@lowers(aten.sum.default, aten.sum.dim_IntList)
+def sum(self, dim=None, keepdim=False, dtype=None):
+    out = _int_to_long(self, dtype)
+    x = self.astype(out)
+    return jnp.sum(x, _axes(dim, self.ndim), dtype=_acc(out), keepdims=keepdim).astype(out)
+
+
+@lowers(aten.nansum.default)
+def nansum(self, dim=None, keepdim=False, dtype=None):
+    x = jnp.where(jnp.isnan(self), 0, self) if _is_float(self) else self
+    return sum(self=x, dim=dim, keepdim=keepdim, dtype=dtype)
+
+
+@lowers(aten.prod.default, aten.prod.dim_int)
+def prod(self, dim=None, keepdim=False, dtype=None):
+    out = _int_to_long(self, dtype)
+    x = self.astype(out)
+    return jnp.prod(x, _axes(dim, self.ndim), dtype=_acc(out), keepdims=keepdim).astype(out)
+
+
+@lowers(aten.mean.default, aten.mean.dim)
+def mean(self, dim=None, keepdim=False, dtype=None):
+    out = jax_dtype(dtype) if dtype is not None else self.dtype
+    if not jnp.issubdtype(out, jnp.inexact):
+        raise RuntimeError(
+            "mean(): could not infer output dtype. Input dtype must be either a floating point "
+            f"or complex dtype. Got: {jnp.dtype(out).name}"
+        )
+    axes = _axes(dim, self.ndim)
+    total = jnp.sum(self.astype(out), axes, dtype=_acc(out), keepdims=keepdim)
+    return (total / _count(self.shape, axes)).astype(out)
+
+
+@lowers(aten.count_nonzero.default, aten.count_nonzero.dim_IntList)
+def count_nonzero(self, dim=None):
+    return jnp.sum(self != 0, _axes(dim, self.ndim), dtype=jnp.int64)
+
+
+# --- extrema ------------------------------------------------------------------------
+
+
+def _check_nonempty(name, x, axes):
+    if 0 in [x.shape[a] for a in axes] or (x.size == 0 and not axes):
+        raise IndexError(
+            f"{name}(): Expected reduction dim to be specified for input.numel() == 0. "
+            "Specify the reduction dim with the 'dim' argument."
+        )
+
+
+@lowers(aten.amax.default)
+def amax(self, dim=(), keepdim=False):
+    axes = _axes(dim, self.ndim)
+    _check_nonempty("amax", self, axes)
+    return jnp.max(self, axes, keepdims=keepdim)
+
+
+@lowers(aten.amin.default)
+def amin(self, dim=(), keepdim=False):
+    axes = _axes(dim, self.ndim)
+    _check_nonempty("amin", self, axes)
+    return jnp.min(self, axes, keepdims=keepdim)
+
+
+@lowers(aten.aminmax.default)
+def aminmax(self, dim=None, keepdim=False):
+    if dim is None:
+        lo, hi = amin(self=self), amax(self=self)
+        shape = (1,) * self.ndim if keepdim else ()
+        return lo.reshape(shape), hi.reshape(shape)
+    return amin(self=self, dim=[dim], keepdim=keepdim), amax(self=self, dim=[dim], keepdim=keepdim)
+
+
+@lowers(aten.max.default)
+def max(self):
+    return amax(self=self)
+
+
+@lowers(aten.min.default)
+def min(self):
+    return amin(self=self)
+
+
+def _arg_extreme(x, axis, largest):
+    """Index of the first maximum (minimum), NaN counting as the extreme, as in ATen."""
+    return (jnp.argmax if largest else jnp.argmin)(x, axis).astype(jnp.int64)
+
+
+def _values_indices(x, dim, keepdim, largest):
+    v = _last(x, dim)
+    if v.shape[-1] == 0:
+        raise IndexError(
+            f"{'max' if largest else 'min'}(): Expected reduction dim {dim} to have non-zero size."
+        )
+    values = (jnp.max if largest else jnp.min)(v, -1, keepdims=True)
+    indices = _arg_extreme(v, -1, largest)[..., None]
+    return _unlast(values, x, dim, keepdim), _unlast(indices, x, dim, keepdim)
+
+
+@lowers(aten.max.dim)
+def max_dim(self, dim, keepdim=False):
+    return _values_indices(self, dim, keepdim, largest=True)
+
+
+@lowers(aten.min.dim)
+def min_dim(self, dim, keepdim=False):
+    return _values_indices(self, dim, keepdim, largest=False)
+
+
+def _argextreme(x, dim, keepdim, largest):
+    if dim is None:
+        if x.size == 0:
+            raise RuntimeError("Expected reduction dim to be specified for input.numel() == 0.")
+        i = _arg_extreme(x.reshape(-1), 0, largest)
+        return i.reshape((1,) * x.ndim) if keepdim else i
+    v = _last(x, dim)
+    return _unlast(_arg_extreme(v, -1, largest)[..., None], x, dim, keepdim)
+
+
+@lowers(aten.argmax.default)
+def argmax(self, dim=None, keepdim=False):
+    return _argextreme(self, dim, keepdim, largest=True)
+
+
+@lowers(aten.argmin.default)
+def argmin(self, dim=None, keepdim=False):
+    return _argextreme(self, dim, keepdim, largest=False)
+
+
+def _logical_dtype(x):
+    # ATen keeps uint8 for any/all of uint8 tensors
+    return jnp.uint8 if x.dtype == jnp.uint8 else jnp.bool_
+
+
+@lowers(aten.any.default, aten.any.dim, aten.any.dims)
+def any(self, dim=None, keepdim=False):
+    return jnp.any(self != 0, _axes(dim, self.ndim), keepdims=keepdim).astype(_logical_dtype(self))
+
+
+@lowers(aten.all.default, aten.all.dim, aten.all.dims)
+def all(self, dim=None, keepdim=False):
+    return jnp.all(self != 0, _axes(dim, self.ndim), keepdims=keepdim).astype(_logical_dtype(self))
+
+
+# --- statistics ---------------------------------------------------------------------
+
+
+def _var_mean(x, dim, correction, keepdim):
+    if not _is_float(x):
+        raise RuntimeError("std and var only support floating point and complex dtypes")
+    axes = _axes(dim, x.ndim)
+    n = _count(x.shape, axes)
+    acc = x.astype(_acc(x.dtype))
+    mean = jnp.sum(acc, axes, keepdims=True) / n
+    correction = 1 if correction is None else correction
+    denom = jnp.maximum(n - correction, 0).astype(acc.dtype)
+    var = jnp.sum(jnp.square(acc - mean), axes, keepdims=keepdim) / denom
+    if not keepdim:
+        mean = jnp.squeeze(mean, axes)
+    return var, mean
+
+
+@lowers(aten.var.correction)
+def var(self, dim=None, correction=None, keepdim=False):
+    v, _ = _var_mean(self, dim, correction, keepdim)
+    return v.astype(self.dtype)
+
+
+@lowers(aten.std.correction)
+def std(self, dim=None, correction=None, keepdim=False):
+    v, _ = _var_mean(self, dim, correction, keepdim)
+    return jnp.sqrt(v).astype(self.dtype)
+
+
+@lowers(aten.var_mean.correction)
+def var_mean(self, dim=None, correction=None, keepdim=False):
+    v, m = _var_mean(self, dim, correction, keepdim)
+    return v.astype(self.dtype), m.astype(self.dtype)
+
+
+@lowers(aten.std_mean.correction)
+def std_mean(self, dim=None, correction=None, keepdim=False):
+    v, m = _var_mean(self, dim, correction, keepdim)
+    return jnp.sqrt(v).astype(self.dtype), m.astype(self.dtype)
+
+
+@lowers(aten.logsumexp.default)
+def logsumexp(self, dim, keepdim=False):
+    _, out = result_type(self, kind=KIND.INT_TO_FLOAT)
+    x = self.astype(_acc(out))
+    axes = _axes(dim, self.ndim)
+    if x.size == 0:
+        return jnp.log(jnp.sum(jnp.exp(x), axes, keepdims=keepdim)).astype(out)
+    m = jnp.max(x, axes, keepdims=True)
+    m = jnp.where(jnp.isinf(m), 0, m)
+    total = jnp.sum(jnp.exp(x - m), axes, keepdims=True)
+    y = jnp.log(total) + m
+    return (y if keepdim else jnp.squeeze(y, axes)).astype(out)
+
+
+def _vector_norm(x, ord, axes, keepdim):
+    """All orders at once: ``ord`` is a traced Scalar, so the order cannot pick the code."""
+    a = jnp.abs(x)
+    if a.size == 0:
+        return jnp.sum(a, axes, keepdims=keepdim)
+    ord = jnp.asarray(2 if ord is None else ord, a.dtype)
+    inf = jnp.max(a, axes, keepdims=keepdim)
+    ninf = jnp.min(a, axes, keepdims=keepdim)
+    zero = jnp.sum((a != 0).astype(a.dtype), axes, keepdims=keepdim)
+    one = jnp.sum(a, axes, keepdims=keepdim)
+    two = jnp.sqrt(jnp.sum(a * a, axes, keepdims=keepdim))
+    safe = jnp.where((ord == 0) | jnp.isinf(ord), 1, ord)
+    general = jnp.sum(a**safe, axes, keepdims=keepdim) ** (1 / safe)
+    return jnp.select(
+        [ord == jnp.inf, ord == -jnp.inf, ord == 0, ord == 1, ord == 2],
+        [inf, ninf, zero, one, two],
+        general,
+    )
+
+
+@lowers(aten.linalg_vector_norm.default)
+def linalg_vector_norm(self, ord=2, dim=None, keepdim=False, dtype=None):
+    if not _is_float(self):
+        raise RuntimeError(
+            "linalg.vector_norm: Expected a floating point or complex tensor as input. Got "
+            + str(self.dtype)
+        )
+    out = jax_dtype(dtype) if dtype is not None else self.dtype
+    x = self.astype(_acc(out))
+    return _vector_norm(x, ord, _axes(dim, self.ndim), keepdim).astype(out)
+
+
+@lowers(
+    aten.norm.Scalar,
+    aten.norm.ScalarOpt_dim,
+    aten.norm.ScalarOpt_dtype,
+    aten.norm.ScalarOpt_dim_dtype,
+)
+def norm(self, p=2, dim=None, keepdim=False, dtype=None):
+    return linalg_vector_norm(self=self, ord=p, dim=dim, keepdim=keepdim, dtype=dtype)
+
+
+# --- scans --------------------------------------------------------------------------
+
+
+@lowers(aten.cumsum.default)
+def cumsum(self, dim, dtype=None):
+    out = _int_to_long(self, dtype)
+    x = self.astype(_acc(out))
+    if self.ndim == 0:
+        return x.astype(out)
+    return jnp.cumsum(x, _wrap(dim, self.ndim)).astype(out)
+
+
+@lowers(aten.cumprod.default)
+def cumprod(self, dim, dtype=None):
+    out = _int_to_long(self, dtype)
+    x = self.astype(_acc(out))
+    if self.ndim == 0:
+        return x.astype(out)
+    return jnp.cumprod(x, _wrap(dim, self.ndim)).astype(out)
+
+
+@lowers(aten.logcumsumexp.default, aten._logcumsumexp.default)
+def logcumsumexp(self, dim):
+    x = self.astype(_acc(self.dtype))
+    if self.ndim == 0:
+        return self
+    return lax.cumlogsumexp(x, _wrap(dim, self.ndim)).astype(self.dtype)
+
+
+def _cum_extreme(x, dim, largest):
+    """Running max (min) with indices; NaN wins and ties take the later index, as in ATen."""
+    if x.ndim == 0:
+        return x, jnp.zeros((), jnp.int64)
+    axis = _wrap(dim, x.ndim)
+    shape = [1] * x.ndim
+    shape[axis] = x.shape[axis]
+    idx = jnp.broadcast_to(jnp.arange(x.shape[axis], dtype=jnp.int64).reshape(shape), x.shape)
+
+    def combine(a, b):
+        (va, ia), (vb, ib) = a, b
+        better = (vb >= va) if largest else (vb <= va)
+        if _is_float(x):
+            better = (better & ~jnp.isnan(va)) | jnp.isnan(vb)
+        return jnp.where(better, vb, va), jnp.where(better, ib, ia)
+
+    return lax.associative_scan(combine, (x, idx), axis=axis)
+
+
+@lowers(aten.cummax.default)
+def cummax(self, dim):
+    return _cum_extreme(self, dim, largest=True)
+
+
+@lowers(aten.cummin.default)
+def cummin(self, dim):
+    return _cum_extreme(self, dim, largest=False)
+
+
+# --- sorting and order statistics ---------------------------------------------------
+
+
+def _sort_last(v, descending=False):
+    """Stable sort along the last axis; NaN sorts above everything, -0.0 equals 0.0."""
+    keys = v
+    if _is_float(v):
+        keys = jnp.where(jnp.isnan(v), jnp.nan, jnp.where(v == 0, 0, v)).astype(v.dtype)
+    if keys.dtype == jnp.bool_:
+        keys = keys.astype(jnp.uint8)
+    n = v.shape[-1]
+    idx = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int64), v.shape)
+    if descending:
+        # a stable ascending sort of the reversed input, reversed, is a stable descending sort
+        keys, idx = keys[..., ::-1], idx[..., ::-1]
+    _, perm = lax.sort((keys, idx), dimension=v.ndim - 1, is_stable=True, num_keys=1)
+    if descending:
+        perm = perm[..., ::-1]
+    return jnp.take_along_axis(v, perm, -1), perm
+
+
+def _back(y, like, dim):
+    if like.ndim == 0:
+        return y.reshape(())
+    return jnp.moveaxis(y, -1, _wrap(dim, like.ndim))
+
+
+@lowers(aten.sort.default, aten.sort.stable)
+def sort(self, dim=-1, descending=False, stable=None):
+    values, indices = _sort_last(_last(self, dim), descending)
+    return _back(values, self, dim), _back(indices, self, dim)
+
+
+@lowers(aten.topk.default)
+def topk(self, k, dim=-1, largest=True, sorted=True):
+    v = _last(self, dim)
+    if not 0 <= k <= v.shape[-1]:
+        raise RuntimeError("selected index k out of range")
+    values, indices = _sort_last(v, descending=largest)
+    return _back(values[..., :k], self, dim), _back(indices[..., :k], self, dim)
+
+
+def _pick(values, indices, pos):
+    """Elements at per-row positions ``pos`` (shape ``values.shape[:-1]``)."""
+    pos = pos[..., None]
+    return jnp.take_along_axis(values, pos, -1), jnp.take_along_axis(indices, pos, -1)
+
+
+@lowers(aten.kthvalue.default)
+def kthvalue(self, k, dim=-1, keepdim=False):
+    v = _last(self, dim)
+    if not 1 <= k <= v.shape[-1]:
+        raise IndexError(f"kthvalue(): selected number k out of range for dimension {dim}")
+    values, indices = _sort_last(v)
+    pos = jnp.full(v.shape[:-1], k - 1)
+    val, idx = _pick(values, indices, pos)
+    return _unlast(val, self, dim, keepdim), _unlast(idx, self, dim, keepdim)
+
+
+def _median_last(v, ignore_nan):
+    """Lower median of each row and its index; NaN rows give their first NaN, unless
+    ``ignore_nan``."""
+    values, indices = _sort_last(v)
+    n = v.shape[-1]
+    nans = jnp.sum(jnp.isnan(v), -1) if _is_float(v) else jnp.zeros(v.shape[:-1], jnp.int64)
+    if ignore_nan:
+        valid = n - nans
+        pos = jnp.where(valid > 0, (valid - 1) // 2, 0)
+    else:
+        pos = jnp.where(nans > 0, n - nans, (n - 1) // 2)
+    return _pick(values, indices, pos)
+
+
+def _median(self, ignore_nan):
+    if self.size == 0:
+        return jnp.full((), jnp.nan, self.dtype)
+    val, _ = _median_last(self.reshape(1, -1), ignore_nan)
+    return val.reshape(())
+
+
+def _median_dim(self, dim, keepdim, ignore_nan):
+    v = _last(self, dim)
+    if v.shape[-1] == 0:
+        raise IndexError(f"median(): Expected reduction dim {dim} to have non-zero size.")
+    val, idx = _median_last(v, ignore_nan)
+    return _unlast(val, self, dim, keepdim), _unlast(idx, self, dim, keepdim)
+
+
+@lowers(aten.median.default)
+def median(self):
+    return _median(self, ignore_nan=False)
+
+
+@lowers(aten.median.dim)
+def median_dim(self, dim, keepdim=False):
+    return _median_dim(self, dim, keepdim, ignore_nan=False)
+
+
+@lowers(aten.nanmedian.default)
+def nanmedian(self):
+    return _median(self, ignore_nan=True)
+
+
+@lowers(aten.nanmedian.dim)
+def nanmedian_dim(self, dim, keepdim=False):
+    return _median_dim(self, dim, keepdim, ignore_nan=True)
+
+
+@lowers(aten.mode.default)
+def mode(self, dim=-1, keepdim=False):
+    """Ties go to the smallest value and the index is its last occurrence, as on the CPU."""
+    v = _last(self, dim)
+    values, indices = _sort_last(v)
+    n = v.shape[-1]
+    iota = jnp.broadcast_to(jnp.arange(n), v.shape)
+    starts = jnp.concatenate(
+        [jnp.ones(v.shape[:-1] + (1,), bool), values[..., 1:] != values[..., :-1]], -1
+    )
+    run_start = lax.cummax(jnp.where(starts, iota, 0), v.ndim - 1)
+    # the count reached at a position is largest at the end of its run, which is the
+    # value's last occurrence in a stable sort; argmax takes the smallest value on ties
+    pos = jnp.argmax(iota - run_start, -1)
+    val, idx = _pick(values, indices, pos)
+    return _unlast(val, self, dim, keepdim), _unlast(idx, self, dim, keepdim)
