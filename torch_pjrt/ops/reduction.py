@@ -284,26 +284,22 @@ def logsumexp(self, dim, keepdim=False):
 
 
 def _vector_norm(x, ord, axes, keepdim):
-    """All orders at once: ``ord`` is a traced Scalar, so the order cannot pick the code."""
     a = jnp.abs(x)
-    if a.size == 0:
+    ord = 2 if ord is None else ord
+    if a.size == 0 or ord == 1:
         return jnp.sum(a, axes, keepdims=keepdim)
-    ord = jnp.asarray(2 if ord is None else ord, a.dtype)
-    inf = jnp.max(a, axes, keepdims=keepdim)
-    ninf = jnp.min(a, axes, keepdims=keepdim)
-    zero = jnp.sum((a != 0).astype(a.dtype), axes, keepdims=keepdim)
-    one = jnp.sum(a, axes, keepdims=keepdim)
-    two = jnp.sqrt(jnp.sum(a * a, axes, keepdims=keepdim))
-    safe = jnp.where((ord == 0) | jnp.isinf(ord), 1, ord)
-    general = jnp.sum(a**safe, axes, keepdims=keepdim) ** (1 / safe)
-    return jnp.select(
-        [ord == jnp.inf, ord == -jnp.inf, ord == 0, ord == 1, ord == 2],
-        [inf, ninf, zero, one, two],
-        general,
-    )
+    if ord == jnp.inf:
+        return jnp.max(a, axes, keepdims=keepdim)
+    if ord == -jnp.inf:
+        return jnp.min(a, axes, keepdims=keepdim)
+    if ord == 0:
+        return jnp.sum((a != 0).astype(a.dtype), axes, keepdims=keepdim)
+    if ord == 2:
+        return jnp.sqrt(jnp.sum(a * a, axes, keepdims=keepdim))
+    return jnp.sum(a**ord, axes, keepdims=keepdim) ** (1 / ord)
 
 
-@lowers(aten.linalg_vector_norm.default)
+@lowers(aten.linalg_vector_norm.default, static=("ord",))
 def linalg_vector_norm(self, ord=2, dim=None, keepdim=False, dtype=None):
     if not _is_float(self):
         raise RuntimeError(
@@ -320,6 +316,7 @@ def linalg_vector_norm(self, ord=2, dim=None, keepdim=False, dtype=None):
     aten.norm.ScalarOpt_dim,
     aten.norm.ScalarOpt_dtype,
     aten.norm.ScalarOpt_dim_dtype,
+    static=("p",),
 )
 def norm(self, p=2, dim=None, keepdim=False, dtype=None):
     return linalg_vector_norm(self=self, ord=p, dim=dim, keepdim=keepdim, dtype=dtype)

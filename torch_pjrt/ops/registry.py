@@ -35,6 +35,7 @@ __all__ = ["LoweringMissing", "Lowering", "lowers", "lookup", "table"]
 class Lowering:
     fn: Callable
     random: bool = False
+    static: frozenset = frozenset()
 
 
 _TABLE: dict[OpOverload, Lowering] = {}
@@ -54,12 +55,14 @@ def _overloads(op) -> list[OpOverload]:
     raise TypeError(f"lowers() takes OpOverload or OpOverloadPacket objects, got {op!r}")
 
 
-def lowers(*ops, random: bool = False):
+def lowers(*ops, random: bool = False, static: tuple = ()):
     """Register a lowering for ATen ops; a packet expands to its functional overloads.
 
     Args:
         ops: ``torch.ops.aten.<name>.<overload>`` or ``torch.ops.aten.<name>`` objects.
         random: the lowering draws random numbers and takes a ``key`` argument.
+        static: names of ``Scalar`` arguments that choose the algorithm (a norm's order):
+            passed as Python values, one compiled program per value.
 
     Example:
         >>> @lowers(aten.neg)
@@ -72,7 +75,7 @@ def lowers(*ops, random: bool = False):
             for op in _overloads(packet_or_op):
                 if op in _TABLE:
                     raise RuntimeError(f"{op} has two lowerings: {_TABLE[op].fn} and {fn}")
-                _TABLE[op] = Lowering(fn, random)
+                _TABLE[op] = Lowering(fn, random, frozenset(static))
         return fn
 
     return register
@@ -127,14 +130,14 @@ def _same_device_error(a, b) -> RuntimeError:
 class Signature:
     """How one overload's arguments split into arrays, dynamic scalars and statics."""
 
-    def __init__(self, op: OpOverload):
+    def __init__(self, op: OpOverload, static: frozenset = frozenset()):
         args = op._schema.arguments
         self.op = op
         self.names = [_py_name(a.name) for a in args]
         self.positional = [a.name for a in args if not a.kwarg_only]
         self.defaults = [a.default_value if a.has_default_value() else None for a in args]
         self.index = {a.name: i for i, a in enumerate(args)}
-        self.kinds = [_kind(str(a.type)) for a in args]
+        self.kinds = [_STATIC if a.name in static else _kind(str(a.type)) for a in args]
         self.arrays = [i for i, k in enumerate(self.kinds) if k in (_TENSOR, _TENSOR_LIST)]
         self.scalars = [i for i, k in enumerate(self.kinds) if k == _SCALAR]
         self.statics = [i for i, k in enumerate(self.kinds) if k == _STATIC]
@@ -192,7 +195,7 @@ class Kernel:
         self.op = op
         self.name = str(op)
         self.lowering = lowering
-        self.sig = Signature(op)
+        self.sig = Signature(op, lowering.static)
         self.cache: dict = {}
         returns = op._schema.returns
         self.returns_list = len(returns) == 1 and str(returns[0].type) == "List[Tensor]"
