@@ -36,6 +36,7 @@ class Lowering:
     fn: Callable
     random: bool = False
     static: frozenset = frozenset()
+    writes: tuple = ()
 
 
 _TABLE: dict[OpOverload, Lowering] = {}
@@ -55,7 +56,7 @@ def _overloads(op) -> list[OpOverload]:
     raise TypeError(f"lowers() takes OpOverload or OpOverloadPacket objects, got {op!r}")
 
 
-def lowers(*ops, random: bool = False, static: tuple = ()):
+def lowers(*ops, random: bool = False, static: tuple = (), writes: tuple = ()):
     """Register a lowering for ATen ops; a packet expands to its functional overloads.
 
     Args:
@@ -63,6 +64,11 @@ def lowers(*ops, random: bool = False, static: tuple = ()):
         random: the lowering draws random numbers and takes a ``key`` argument.
         static: names of ``Scalar`` arguments that choose the algorithm (a norm's order):
             passed as Python values, one compiled program per value.
+        writes: names of tensor arguments the op updates in place (batch norm's running
+            statistics); the lowering returns the op's outputs followed by one new value
+            (or None: unchanged) per name.
+
+    A lowering may return None for an output the op leaves undefined (``output_mask``).
 
     Example:
         >>> @lowers(aten.neg)
@@ -75,7 +81,7 @@ def lowers(*ops, random: bool = False, static: tuple = ()):
             for op in _overloads(packet_or_op):
                 if op in _TABLE:
                     raise RuntimeError(f"{op} has two lowerings: {_TABLE[op].fn} and {fn}")
-                _TABLE[op] = Lowering(fn, random, frozenset(static))
+                _TABLE[op] = Lowering(fn, random, frozenset(static), tuple(writes))
         return fn
 
     return register
@@ -260,14 +266,27 @@ class Kernel:
 
     def __call__(self, *args, **kwargs):
         out, index = self.compute(args, kwargs)
+        writes = self.lowering.writes
+        if writes:
+            out = self._write_back(out, args, kwargs)
         if self.returns_python:
             metrics.host_sync()
             return out.item()
         if self.returns_list:
             return [wrap(a, index) for a in out]
         if self.returns_tuple:
-            return tuple(wrap(a, index) for a in out)
+            return tuple(None if a is None else wrap(a, index) for a in out)
         return wrap(out, index)
+
+    def _write_back(self, out, args, kwargs):
+        writes = self.lowering.writes
+        n = len(out) - len(writes)
+        vals = self.sig.values(args, kwargs)
+        for name, value in zip(writes, out[n:]):
+            target = vals[self.sig.index[name]]
+            if target is not None and value is not None:
+                write(target, value)
+        return out[:n] if n > 1 or self.returns_tuple else out[0]
 
 
 def _to_meta(x):
