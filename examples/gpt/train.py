@@ -36,7 +36,7 @@ PROMPT = "The wind "
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="pjrt", help='torch device, e.g. "pjrt", "pjrt:0", "cpu"')
-    ap.add_argument("--steps", type=int, default=800, help="training steps")
+    ap.add_argument("--steps", type=int, default=300, help="training steps")
     ap.add_argument("--lr", type=float, default=2e-3, help="peak learning rate (AdamW)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
