@@ -245,9 +245,19 @@ def _scatter_fn(shape, strides, offset):
     return jax.jit(scatter)
 
 
+_COMPLEX_PARTS = {np.dtype(jnp.complex64): jnp.float32, np.dtype(jnp.complex128): jnp.float64}
+
+
 def _reinterpret(a: jax.Array, dtype) -> jax.Array:
     """The bytes of ``a`` (flattened) read as ``dtype``: a dtype view of the storage."""
     a = a.reshape(-1)
+    if np.dtype(a.dtype) in _COMPLEX_PARTS:  # complex: as interleaved (real, imag) parts
+        a = jnp.stack([jnp.real(a), jnp.imag(a)], axis=-1).reshape(-1)
+        if np.dtype(dtype) == np.dtype(a.dtype):
+            return a
+    if np.dtype(dtype) in _COMPLEX_PARTS:
+        parts = _reinterpret(a, _COMPLEX_PARTS[np.dtype(dtype)]).reshape(-1, 2)
+        return jax.lax.complex(parts[:, 0], parts[:, 1])
     if a.dtype == jnp.bool_:
         a = a.astype(jnp.uint8)
     target = jnp.uint8 if np.dtype(dtype) == np.bool_ else dtype
@@ -261,10 +271,13 @@ def _reinterpret(a: jax.Array, dtype) -> jax.Array:
 def read(t: torch.Tensor) -> jax.Array:
     """The JAX array of a pjrt tensor's current value (its view of the storage)."""
     cell = cell_of(t)
+    shape = tuple(t.shape)
+    if t.numel() == 0:
+        with jax.enable_x64(True):
+            return jnp.zeros(shape, jax_dtype(t.dtype))
     a = cell.array
     if a is None:
         a = cell.materialize()
-    shape = tuple(t.shape)
     with jax.enable_x64(True):
         if t.dtype != cell.dtype:
             a = _reinterpret(a, jax_dtype(t.dtype))
@@ -300,6 +313,8 @@ def write(t: torch.Tensor, value: jax.Array) -> None:
     """Store ``value`` (already of t's shape and dtype) into t's view of its storage."""
     cell = cell_of(t)
     shape = tuple(t.shape)
+    if t.numel() == 0:
+        return
     with jax.enable_x64(True):
         if value.dtype != jax_dtype(t.dtype):
             value = value.astype(jax_dtype(t.dtype))

@@ -1,0 +1,60 @@
+"""Shared pytest setup for the torch_pjrt suite.
+
+The environment is fixed here, before anything imports JAX or torch_pjrt (importing
+torch imports torch_pjrt through PyTorch's device-backend autoload), so every test
+process runs on JAX's CPU platform with two devices:
+
+- ``JAX_PLATFORMS=cpu``
+- ``XLA_FLAGS`` gets ``--xla_force_host_platform_device_count=2`` appended.
+
+Slow tests carry the ``slow`` marker and are left out of a plain run (``make test``).
+They run with ``--exhaustive``, with ``TORCH_PJRT_EXHAUSTIVE=1``, or when ``-m`` names
+the marker (``make test-all`` passes ``-m "slow or not slow"``).
+"""
+
+from __future__ import annotations
+
+import os
+
+_DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
+
+os.environ["JAX_PLATFORMS"] = "cpu"
+_flags = os.environ.get("XLA_FLAGS", "")
+if _DEVICE_COUNT_FLAG not in _flags:
+    os.environ["XLA_FLAGS"] = f"{_flags} {_DEVICE_COUNT_FLAG}=2".strip()
+
+import pytest  # noqa: E402
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--exhaustive",
+        action="store_true",
+        default=False,
+        help="also run tests marked slow (e.g. every OpInfo sample, not the first few)",
+    )
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: exhaustive runs, not in make test")
+
+
+def exhaustive(config) -> bool:
+    """Whether slow tests are selected for this run."""
+    env = os.environ.get("TORCH_PJRT_EXHAUSTIVE", "").strip().lower()
+    return (
+        config.getoption("--exhaustive")
+        or env not in ("", "0", "false", "no", "off")
+        or "slow" in (config.getoption("markexpr") or "")
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    if exhaustive(config):
+        return
+    keep, dropped = [], []
+    for item in items:
+        (dropped if item.get_closest_marker("slow") else keep).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep

@@ -1,0 +1,182 @@
+"""Expected outcomes of tests/test_ops.py, keyed ``"op_name"`` or ``"op_name.variant"``.
+
+- ``SKIP``: ops that cannot be compared with the CPU, with the reason. Hand-kept.
+- ``SHAPE_ONLY``: ops whose CPU result is uninitialised memory; only shape, dtype and
+  device are compared. Hand-kept.
+- ``XFAIL``: ops failing within the first 3 samples (``make test``), with the error.
+- ``XFAIL_EXHAUSTIVE``: ops that pass the first 3 samples but fail a later one (only
+  the exhaustive run, ``--exhaustive``, expects them to fail).
+
+Both xfail tables are strict and generated: after lowerings land, run
+
+    .venv/bin/python scripts/op_coverage.py --write-expectations
+
+which reruns every op and rewrites the part of this file between the GENERATED
+markers (and docs/op_coverage.md). Edit SKIP and SHAPE_ONLY by hand.
+"""
+
+from __future__ import annotations
+
+_RANDOM = "random: checked statistically elsewhere"
+
+SKIP: dict[str, str] = {
+    # samples draw random numbers: the CPU and pjrt generators differ by design
+    "bernoulli": _RANDOM,
+    "cauchy": _RANDOM,
+    "exponential": _RANDOM,
+    "geometric": _RANDOM,
+    "log_normal": _RANDOM,
+    "multinomial": _RANDOM,
+    "normal": _RANDOM,
+    "normal.in_place": _RANDOM,
+    "normal.number_mean": _RANDOM,
+    "rand_like": _RANDOM,
+    "randint": _RANDOM,
+    "randint_like": _RANDOM,
+    "randn": _RANDOM,
+    "randn_like": _RANDOM,
+    "uniform": _RANDOM,
+    "nn.functional.alpha_dropout": _RANDOM,
+    "nn.functional.dropout": _RANDOM,
+    "nn.functional.dropout2d": _RANDOM,
+    "nn.functional.dropout3d": _RANDOM,
+    "nn.functional.feature_alpha_dropout.with_train": _RANDOM,
+}
+
+_UNINITIALISED = "CPU result is uninitialised memory: shape, dtype and device compared only"
+
+SHAPE_ONLY: dict[str, str] = {
+    "empty": _UNINITIALISED,
+    "empty_like": _UNINITIALISED,
+    "empty_permuted": _UNINITIALISED,
+    "empty_strided": _UNINITIALISED,
+    "new_empty": _UNINITIALISED,
+    "new_empty_strided": _UNINITIALISED,
+}
+
+# --- BEGIN GENERATED (scripts/op_coverage.py --write-expectations) ---
+XFAIL: dict[str, str] = {
+    'cdist': 'no lowering: aten._cdist_forward.default',
+    'view_as_real': 'TypeError: lax.bitcast_convert_type does not support bool or complex values unless the operand an...',
+    'view_as_complex': 'TypeError: lax.bitcast_convert_type does not support bool or complex values unless the operand an...',
+    'complex': 'no lowering: aten.complex.out',
+    'corrcoef': 'no lowering: aten.equal.default',
+    'cov': 'no lowering: aten.equal.default',
+    'cross': 'no lowering: aten.linalg_cross.out',
+    'equal': 'no lowering: aten.equal.default',
+    'stft': 'no lowering: aten._fft_r2c.default',
+    'istft': 'no lowering: aten._fft_c2r.default',
+    'sparse.sampled_addmm': "NotImplementedError: Could not run 'aten::sparse_sampled_addmm' with arguments from the 'SparseCs...",
+    'sparse.mm.reduce': "NotImplementedError: Could not run 'aten::_sparse_mm_reduce_impl' with arguments from the 'Sparse...",
+    'geqrf': 'no lowering: aten.geqrf.default',
+    'imag': 'TypeError: lax.bitcast_convert_type does not support bool or complex values unless the operand an...',
+    'matrix_exp': 'no lowering: aten.linalg_matrix_exp.default',
+    'nn.functional.interpolate.bicubic': 'no lowering: aten.upsample_bicubic2d.out',
+    '_upsample_bilinear2d_aa': 'no lowering: aten._upsample_bilinear2d_aa.out',
+    'nn.functional.fractional_max_pool2d': 'no lowering: aten.uniform_.default',
+    'nn.functional.fractional_max_pool3d': 'no lowering: aten.uniform_.default',
+    'nn.functional.glu': 'no lowering: aten.glu.out',
+    'nn.functional.rrelu': 'no lowering: aten.rrelu_with_noise.default',
+    'nn.functional.scaled_dot_product_attention': 'no lowering: aten.native_dropout.default',
+    'ormqr': 'no lowering: aten.ormqr.default',
+    'tensor_split': "RuntimeError: tensor_split expected tensor_indices_or_sections to be on cpu, but it's on pjrt:0",
+    'svd_lowrank': 'no lowering: aten.normal_.default',
+    'pca_lowrank': 'no lowering: aten.normal_.default',
+    'polar': 'no lowering: aten.polar.out',
+    'polygamma.polygamma_n_0': 'RuntimeError: pjrt: the lowering of aten.polygamma.default failed: TracerBoolConversionError: Att...',
+    'polygamma.polygamma_n_1': 'RuntimeError: pjrt: the lowering of aten.polygamma.default failed: TracerBoolConversionError: Att...',
+    'polygamma.polygamma_n_2': 'RuntimeError: pjrt: the lowering of aten.polygamma.default failed: TracerBoolConversionError: Att...',
+    'polygamma.polygamma_n_3': 'RuntimeError: pjrt: the lowering of aten.polygamma.default failed: TracerBoolConversionError: Att...',
+    'polygamma.polygamma_n_4': 'RuntimeError: pjrt: the lowering of aten.polygamma.default failed: TracerBoolConversionError: Att...',
+    'chalf': "TypeError: dtype torch.complex32 is not supported on pjrt devices (platform 'cpu'); supported: fl...",
+    'histogram': 'no lowering: aten.histogram.bin_ct',
+    'histogramdd': 'no lowering: aten._histogramdd_bin_edges.default',
+    'histc': 'no lowering: aten.histc.default',
+    'bincount': 'no lowering: aten.bincount.default',
+    'renorm': 'no lowering: aten.renorm.out',
+    'trace': 'no lowering: aten.trace.default',
+    'to_sparse': 'no lowering: aten._to_sparse.default',
+    'nn.functional.embedding_bag': 'no lowering: aten._embedding_bag_forward_only.default',
+    'nn.functional.multi_head_attention_forward': 'no lowering: aten.native_dropout.default',
+    'nn.functional.grid_sample': 'no lowering: aten.grid_sampler_2d.default',
+    'grid_sampler_2d': 'no lowering: aten.grid_sampler_2d.default',
+    'grid_sampler_3d': 'no lowering: aten.grid_sampler_3d.default',
+    'hash_tensor': 'no lowering: aten.hash_tensor.out',
+    'nn.functional.ctc_loss': 'no lowering: aten._ctc_loss.default',
+    'nn.functional.pdist': 'no lowering: aten._pdist_forward.default',
+    '_segment_reduce.lengths': 'no lowering: aten.segment_reduce.default',
+    '_segment_reduce.offsets': 'no lowering: aten.segment_reduce.default',
+    'fft.fft': 'no lowering: aten._fft_r2c.default',
+    'fft.fft2': 'no lowering: aten._fft_c2c.default',
+    'fft.fftn': 'no lowering: aten._fft_c2c.default',
+    'fft.hfft': 'no lowering: aten._fft_c2r.default',
+    'fft.hfft2': 'no lowering: aten._fft_c2c.default',
+    'fft.hfftn': 'no lowering: aten._fft_c2c.default',
+    'fft.rfft': 'no lowering: aten._fft_r2c.default',
+    'fft.rfft2': 'no lowering: aten._fft_r2c.default',
+    'fft.rfftn': 'no lowering: aten._fft_r2c.default',
+    'fft.ifft': 'no lowering: aten._fft_r2c.default',
+    'fft.ifft2': 'no lowering: aten._fft_c2c.default',
+    'fft.ifftn': 'no lowering: aten._fft_c2c.default',
+    'fft.ihfft': 'no lowering: aten._fft_r2c.default',
+    'fft.ihfft2': 'no lowering: aten._fft_r2c.default',
+    'fft.ihfftn': 'no lowering: aten._fft_r2c.default',
+    'fft.irfft': 'no lowering: aten._fft_c2r.default',
+    'fft.irfft2': 'no lowering: aten._fft_c2r.default',
+    'fft.irfftn': 'no lowering: aten._fft_c2r.default',
+    'linalg.cross': 'no lowering: aten.linalg_cross.out',
+    'linalg.eig': 'no lowering: aten.linalg_eig.default',
+    'linalg.eigvals': 'no lowering: aten._linalg_eigvals.default',
+    'linalg.eigh': 'no lowering: aten._linalg_eigh.eigenvalues',
+    'linalg.householder_product': 'no lowering: aten.linalg_householder_product.default',
+    'linalg.ldl_factor': 'no lowering: aten.linalg_ldl_factor_ex.out',
+    'linalg.ldl_factor_ex': 'no lowering: aten.linalg_ldl_factor_ex.out',
+    'linalg.ldl_solve': 'no lowering: aten.linalg_ldl_solve.out',
+    'linalg.lstsq': 'no lowering: aten.linalg_lstsq.out',
+    'linalg.lstsq.grad_oriented': 'no lowering: aten.linalg_lstsq.out',
+    'special.polygamma.special_polygamma_n_0': 'RuntimeError: pjrt: the lowering of aten.polygamma.default failed: TracerBoolConversionError: Att...',
+    'special.airy_ai': 'no lowering: aten.special_airy_ai.out',
+    'special.bessel_j0': 'no lowering: aten.special_bessel_j0.out',
+    'special.bessel_j1': 'no lowering: aten.special_bessel_j1.out',
+    'special.bessel_y0': 'no lowering: aten.special_bessel_y0.out',
+    'special.bessel_y1': 'no lowering: aten.special_bessel_y1.out',
+    'special.chebyshev_polynomial_t': 'no lowering: aten.special_chebyshev_polynomial_t.out',
+    'special.chebyshev_polynomial_u': 'no lowering: aten.special_chebyshev_polynomial_u.out',
+    'special.chebyshev_polynomial_v': 'no lowering: aten.special_chebyshev_polynomial_v.out',
+    'special.chebyshev_polynomial_w': 'no lowering: aten.special_chebyshev_polynomial_w.out',
+    'special.hermite_polynomial_h': 'no lowering: aten.special_hermite_polynomial_h.out',
+    'special.hermite_polynomial_he': 'no lowering: aten.special_hermite_polynomial_he.out',
+    'special.laguerre_polynomial_l': 'no lowering: aten.special_laguerre_polynomial_l.out',
+    'special.legendre_polynomial_p': 'no lowering: aten.special_legendre_polynomial_p.out',
+    'special.modified_bessel_i0': 'no lowering: aten.special_modified_bessel_i0.out',
+    'special.modified_bessel_i1': 'no lowering: aten.special_modified_bessel_i1.out',
+    'special.modified_bessel_k0': 'no lowering: aten.special_modified_bessel_k0.out',
+    'special.modified_bessel_k1': 'no lowering: aten.special_modified_bessel_k1.out',
+    'special.scaled_modified_bessel_k0': 'no lowering: aten.special_scaled_modified_bessel_k0.out',
+    'special.scaled_modified_bessel_k1': 'no lowering: aten.special_scaled_modified_bessel_k1.out',
+    'special.shifted_chebyshev_polynomial_t': 'no lowering: aten.special_shifted_chebyshev_polynomial_t.out',
+    'special.shifted_chebyshev_polynomial_u': 'no lowering: aten.special_shifted_chebyshev_polynomial_u.out',
+    'special.shifted_chebyshev_polynomial_v': 'no lowering: aten.special_shifted_chebyshev_polynomial_v.out',
+    'special.shifted_chebyshev_polynomial_w': 'no lowering: aten.special_shifted_chebyshev_polynomial_w.out',
+    'special.spherical_bessel_j0': 'no lowering: aten.special_spherical_bessel_j0.out',
+}
+
+XFAIL_EXHAUSTIVE: dict[str, str] = {
+    'svd': 'sample 40: AssertionError: output[0]: Tensor-likes are not close!',
+    'unbind': 'sample 4: TypeError: slice limit_indices must be less than or equal to operand shape, got limit_indices (5,...',
+    'unbind_copy': 'sample 4: TypeError: slice limit_indices must be less than or equal to operand shape, got limit_indices (5,...',
+    'repeat_interleave': 'sample 3: no lowering: aten.repeat_interleave.Tensor',
+    'linalg.matrix_power': 'sample 3: no lowering: aten.linalg_inv_ex.inverse',
+    'linalg.norm': 'sample 44: no lowering: aten._linalg_svd.U',
+    'linalg.norm.subgradients_at_zero': 'sample 38: no lowering: aten._linalg_svd.U',
+    'linalg.matrix_norm': 'sample 4: no lowering: aten._linalg_svd.U',
+    'linalg.svd': 'sample 40: AssertionError: output[0]: Tensor-likes are not close!',
+}
+# --- END GENERATED ---
+
+COUNTS = {
+    "skip": len(SKIP),
+    "shape_only": len(SHAPE_ONLY),
+    "xfail": len(XFAIL),
+    "xfail_exhaustive": len(XFAIL_EXHAUSTIVE),
+}

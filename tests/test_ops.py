@@ -1,0 +1,418 @@
+"""Every op of PyTorch's OpInfo database, run on the CPU and on pjrt and compared.
+
+For each entry of ``torch.testing._internal.common_methods_invocations.op_db`` the
+test generates the OpInfo's sample inputs on the CPU (float32; ops without float32
+use the first of int64, int32, ... they support), runs each sample on the CPU and,
+with its tensors moved by ``.to("pjrt")``, on pjrt under
+``torch_pjrt.config(fallback="error")`` (so nothing passes by falling back to the
+CPU), and compares the outputs with ``torch.testing.assert_close``. Tolerances are
+the OpInfo's own (its ``toleranceOverride``/``precisionOverride`` decorators, the
+largest declared for the dtype) or assert_close's defaults. Tensors an op writes in
+place are compared too. A sample that raises on the CPU is skipped.
+
+Two parametrizations of the same test, one per op each:
+
+- ``test_op[<op>-first3]``: the first 3 samples; this is what ``make test`` runs.
+- ``test_op[<op>-all]``: every sample; marked ``slow``, so it runs only with
+  ``--exhaustive``, ``TORCH_PJRT_EXHAUSTIVE=1`` or ``-m slow`` (``make test-all``).
+
+Expected outcomes come from one data table, ``tests/op_expectations.py``: ``XFAIL``
+(strict: an op listed there that passes fails the run, so the table stays honest),
+``XFAIL_EXHAUSTIVE`` (ops that fail only on samples past the first 3), ``SKIP`` (ops
+that cannot be compared, e.g. random ones) and ``SHAPE_ONLY`` (ops whose CPU result
+is uninitialised memory: only shape, dtype and device are compared). Regenerate the
+xfail tables with ``python scripts/op_coverage.py --write-expectations``.
+
+Each op's run is bounded by its sample subset and by a per-op alarm
+(``TORCH_PJRT_OP_TIMEOUT`` seconds, default 120).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import signal
+import threading
+import traceback
+import warnings
+from contextlib import contextmanager
+from contextlib import nullcontext as _nothing
+
+import numpy as np
+import pytest
+import torch
+from torch.testing._internal.common_device_type import precisionOverride, toleranceOverride
+from torch.testing._internal.common_methods_invocations import op_db
+
+import torch_pjrt
+
+if __package__:  # tests/ is a package: tests.test_ops
+    from .op_expectations import SHAPE_ONLY, SKIP, XFAIL, XFAIL_EXHAUSTIVE
+else:  # tests/ on sys.path (rootdir-style, or scripts/op_coverage.py)
+    from op_expectations import SHAPE_ONLY, SKIP, XFAIL, XFAIL_EXHAUSTIVE
+
+QUICK_SAMPLES = 3
+SEED = 0
+OP_TIMEOUT = float(os.environ.get("TORCH_PJRT_OP_TIMEOUT", "120"))
+
+# The dtype an op is tested in: float32, else the first of these it supports on the CPU.
+TEST_DTYPES = (
+    torch.float32,
+    torch.int64,
+    torch.int32,
+    torch.int16,
+    torch.int8,
+    torch.uint8,
+    torch.bool,
+    torch.complex64,
+    torch.float64,
+)
+
+
+# --- which ops, which dtype -----------------------------------------------------------
+
+
+def op_key(op) -> str:
+    """``name`` or ``name.variant``: the key of the expectation tables and the test id."""
+    return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
+
+
+def ops_by_key() -> dict:
+    return {op_key(op): op for op in op_db}
+
+
+def cpu_dtypes(op) -> set:
+    return set(op.supported_dtypes("cpu"))
+
+
+def dtype_for(op):
+    """The dtype the test runs an op in (None when the op has no usable CPU dtype)."""
+    supported = cpu_dtypes(op)
+    for dtype in TEST_DTYPES:
+        if dtype in supported:
+            return dtype
+    return None
+
+
+def tolerances(op, dtype) -> dict:
+    """``atol``/``rtol`` from the OpInfo's own overrides for ``dtype``, else {} (defaults).
+
+    Every ``toleranceOverride`` and ``precisionOverride`` the OpInfo declares for the
+    dtype counts (any test class, any device type: an accelerator's tolerances are the
+    relevant ones for a device compared with the CPU); the largest values win.
+    """
+    atol = rtol = None
+    for info in op.decorators:
+        if getattr(info, "active_if", True) is False:
+            continue
+        if getattr(info, "dtypes", None) is not None and dtype not in info.dtypes:
+            continue
+        for dec in getattr(info, "decorators", ()):
+            if isinstance(dec, toleranceOverride) and dtype in dec.d:
+                t = dec.d[dtype]
+                atol = max(atol or 0.0, t.atol)
+                rtol = max(rtol or 0.0, t.rtol)
+            elif isinstance(dec, precisionOverride) and dtype in dec.d:
+                atol = max(atol or 0.0, dec.d[dtype])
+    if atol is None:
+        return {}
+    if rtol is None:  # a precision override alone: assert_close's default rtol
+        rtol = {torch.float16: 1e-3, torch.bfloat16: 1.6e-2, torch.float64: 1e-7}.get(
+            dtype, 1.3e-6
+        )
+    return {"atol": atol, "rtol": rtol}
+
+
+def samples(op, dtype, limit=None) -> list:
+    """The op's CPU sample inputs for ``dtype`` (the first ``limit``), generated from a fixed seed."""
+    torch.manual_seed(SEED)
+    random.seed(SEED)
+    np.random.seed(SEED)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gen = op.sample_inputs("cpu", dtype, requires_grad=False)
+        return list(itertools.islice(gen, limit)) if limit else list(gen)
+
+
+# --- moving and comparing -------------------------------------------------------------
+
+
+def _map(fn, x):
+    if isinstance(x, torch.Tensor):
+        return fn(x)
+    if isinstance(x, tuple) and hasattr(x, "_fields"):  # namedtuple
+        return type(x)(*(_map(fn, v) for v in x))
+    if isinstance(x, (list, tuple)):
+        return type(x)(_map(fn, v) for v in x)
+    if isinstance(x, dict):
+        return {k: _map(fn, v) for k, v in x.items()}
+    return x
+
+
+def _tensors(x):
+    if isinstance(x, torch.Tensor):
+        yield x
+    elif isinstance(x, (list, tuple)):
+        for v in x:
+            yield from _tensors(v)
+    elif isinstance(x, dict):
+        for v in x.values():
+            yield from _tensors(v)
+
+
+def _to_pjrt_device(v):
+    if isinstance(v, torch.device) and v.type == "cpu":
+        return torch.device("pjrt")
+    if isinstance(v, str) and v == "cpu":
+        return "pjrt"
+    return v
+
+
+def to_pjrt(args, kwargs):
+    """The sample's arguments with every tensor moved to pjrt (aliases kept) and
+    ``device=`` arguments pointed at pjrt."""
+    moved: dict = {}
+
+    def move(t):
+        if id(t) not in moved:
+            moved[id(t)] = t.detach().to("pjrt") if t.device.type == "cpu" else t.detach()
+        return moved[id(t)]
+
+    args = _map(move, args)
+    kwargs = _map(move, kwargs)
+    kwargs = {k: _to_pjrt_device(v) if k == "device" else v for k, v in kwargs.items()}
+    args = [_to_pjrt_device(a) if isinstance(a, (torch.device, str)) else a for a in args]
+    return args, kwargs
+
+
+def cpu_copy(args, kwargs):
+    """A copy of the sample's arguments that the CPU run may mutate (aliases kept)."""
+    copies: dict = {}
+
+    def copy(t):
+        if id(t) not in copies:
+            copies[id(t)] = t.detach().clone()
+        return copies[id(t)]
+
+    return list(_map(copy, args)), _map(copy, kwargs)
+
+
+def _expected_device(t: torch.Tensor) -> str:
+    return "pjrt" if t.device.type == "cpu" else t.device.type
+
+
+def compare(actual, expected, tol: dict, shape_only: bool = False, path: str = "output"):
+    """Compare a pjrt result with the CPU one: structure, devices, shapes, dtypes, values."""
+    if isinstance(expected, torch.Tensor):
+        if not isinstance(actual, torch.Tensor):
+            raise AssertionError(f"{path}: expected a tensor, got {type(actual).__name__}")
+        if actual.device.type != _expected_device(expected):
+            raise AssertionError(
+                f"{path}: result on {actual.device}, expected a {_expected_device(expected)} "
+                "tensor"
+            )
+        if actual.dtype != expected.dtype:
+            raise AssertionError(f"{path}: dtype {actual.dtype}, expected {expected.dtype}")
+        if actual.shape != expected.shape:
+            raise AssertionError(
+                f"{path}: shape {list(actual.shape)}, expected {list(expected.shape)}"
+            )
+        if shape_only:
+            return
+        if actual.device.type == "pjrt":
+            actual = actual.cpu()
+        torch.testing.assert_close(
+            actual, expected, equal_nan=True, check_device=False, msg=_msg(path), **tol
+        )
+    elif isinstance(expected, (list, tuple)):
+        if not isinstance(actual, (list, tuple)) or len(actual) != len(expected):
+            raise AssertionError(f"{path}: expected {_describe(expected)}, got {_describe(actual)}")
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            compare(a, e, tol, shape_only, f"{path}[{i}]")
+    elif isinstance(expected, dict):
+        if not isinstance(actual, dict) or actual.keys() != expected.keys():
+            raise AssertionError(f"{path}: expected {_describe(expected)}, got {_describe(actual)}")
+        for k in expected:
+            compare(actual[k], expected[k], tol, shape_only, f"{path}[{k!r}]")
+    elif isinstance(expected, (bool, int, float, complex)) and not shape_only:
+        torch.testing.assert_close(actual, expected, equal_nan=True, msg=_msg(path), **tol)
+    elif not shape_only and actual != expected:
+        raise AssertionError(f"{path}: {actual!r} != {expected!r}")
+
+
+def _msg(path):
+    return lambda m: f"{path}: {m}"
+
+
+def _describe(x) -> str:
+    if isinstance(x, (list, tuple, dict)):
+        return f"a {type(x).__name__} of {len(x)}"
+    return type(x).__name__
+
+
+# --- running one op -------------------------------------------------------------------
+
+
+class SampleFailure(AssertionError):
+    """A sample whose pjrt run raised or differs from the CPU's."""
+
+    def __init__(self, index: int, sample, cause: BaseException):
+        self.index = index
+        self.cause = cause
+        first = next((ln for ln in str(cause).splitlines() if ln.strip()), "")
+        super().__init__(f"sample {index} ({_sample_text(sample)}): {type(cause).__name__}: {first}")
+
+
+def _sample_text(sample) -> str:
+    def show(x):
+        if isinstance(x, torch.Tensor):
+            return f"Tensor{list(x.shape)}"
+        if isinstance(x, (list, tuple)):
+            inner = ", ".join(show(v) for v in x[:4]) + (", ..." if len(x) > 4 else "")
+            return f"[{inner}]" if isinstance(x, list) else f"({inner})"
+        return repr(x)
+
+    parts = [show(sample.input)] + [show(a) for a in sample.args]
+    parts += [f"{k}={show(v)}" for k, v in sample.kwargs.items()]
+    return ", ".join(parts)[:200]
+
+
+class OpTimeout(Exception):
+    pass
+
+
+@contextmanager
+def time_limit(seconds: float):
+    """Raise OpTimeout in the main thread after ``seconds`` (a no-op elsewhere)."""
+    if seconds <= 0 or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum, frame):
+        raise OpTimeout(f"op ran longer than {seconds:.0f}s (TORCH_PJRT_OP_TIMEOUT)")
+
+    old = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def run_sample(op, sample, dtype, shape_only: bool = False) -> bool:
+    """Run one sample on both devices and compare; False when the CPU run raises."""
+    args = [sample.input, *sample.args]
+    kwargs = dict(sample.kwargs)
+    dev_args, dev_kwargs = to_pjrt(args, kwargs)
+    cpu_args, cpu_kwargs = cpu_copy(args, kwargs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            expected = op(*cpu_args, **cpu_kwargs)
+        except Exception:
+            return False
+        # a sample with no tensor and no device (``arange(2)``) makes pjrt the default device
+        untied = next(_tensors([args, kwargs]), None) is None and "device" not in kwargs
+        with torch_pjrt.config(fallback="error"):
+            with torch.device("pjrt") if untied else _nothing():
+                actual = op(*dev_args, **dev_kwargs)
+            tol = tolerances(op, dtype)
+            compare(actual, expected, tol, shape_only)
+            # whatever the op wrote in place must match too
+            for i, (a, e) in enumerate(zip(_tensors(dev_args), _tensors(cpu_args))):
+                compare(a, e, tol, shape_only, f"argument tensor {i} after the op")
+            for k in cpu_kwargs:
+                for a, e in zip(_tensors(dev_kwargs[k]), _tensors(cpu_kwargs[k])):
+                    compare(a, e, tol, shape_only, f"argument {k} after the op")
+    return True
+
+
+def check_op(op, dtype, limit=None, shape_only: bool = False) -> tuple[int, int]:
+    """Run the op's first ``limit`` samples (all when None); (samples, compared).
+
+    Raises SampleFailure at the first sample that fails.
+    """
+    cases = samples(op, dtype, limit)
+    compared = 0
+    for index, sample in enumerate(cases):
+        try:
+            compared += run_sample(op, sample, dtype, shape_only)
+        except OpTimeout:
+            raise
+        except Exception as exc:
+            raise SampleFailure(index, sample, exc) from exc
+    return len(cases), compared
+
+
+def short_error(exc: BaseException, width: int = 80) -> str:
+    """A one-line summary of a failure, for the tables."""
+    cause = exc.cause if isinstance(exc, SampleFailure) else exc
+    if isinstance(cause, torch_pjrt.LoweringMissing):
+        text = "no lowering: " + str(cause).split("'")[1]
+    else:
+        first = next((ln.strip() for ln in str(cause).splitlines() if ln.strip()), "")
+        text = f"{type(cause).__name__}: {first}"
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def failure_report(exc: BaseException, frames: int = 4) -> str:
+    """The failure and the innermost frames of its cause."""
+    cause = exc.cause if isinstance(exc, SampleFailure) else exc
+    tb = "".join(traceback.format_tb(cause.__traceback__)[-frames:])
+    return f"{exc}\n{tb}"
+
+
+# --- the test -------------------------------------------------------------------------
+
+
+def _params():
+    for mode, limit in (("first3", QUICK_SAMPLES), ("all", None)):
+        for op in op_db:
+            key = op_key(op)
+            marks = [pytest.mark.slow] if limit is None else []
+            if key in SKIP:
+                marks.append(pytest.mark.skip(reason=SKIP[key]))
+            elif key in XFAIL:
+                marks.append(pytest.mark.xfail(strict=True, reason=XFAIL[key]))
+            elif limit is None and key in XFAIL_EXHAUSTIVE:
+                marks.append(pytest.mark.xfail(strict=True, reason=XFAIL_EXHAUSTIVE[key]))
+            yield pytest.param(op, limit, id=f"{key}-{mode}", marks=marks)
+
+
+@pytest.mark.parametrize("op, limit", list(_params()))
+def test_op(op, limit):
+    dtype = dtype_for(op)
+    if dtype is None:
+        pytest.skip("no CPU dtype to compare against")
+    report = None
+    try:
+        with time_limit(OP_TIMEOUT):
+            total, compared = check_op(op, dtype, limit, shape_only=op_key(op) in SHAPE_ONLY)
+    except (SampleFailure, OpTimeout) as exc:
+        report = failure_report(exc)
+    if report is not None:
+        # a short report: pytest's own traceback would print (and so compute) pjrt tensors
+        pytest.fail(report, pytrace=False)
+    if compared == 0:
+        pytest.skip(f"every one of the {total} samples raises on the CPU" if total else "no samples")
+
+
+def test_expectation_tables_name_real_ops():
+    """Every key of tests/op_expectations.py names an op_db entry, and only one table."""
+    keys = set(ops_by_key())
+    tables = {
+        "SKIP": SKIP,
+        "SHAPE_ONLY": SHAPE_ONLY,
+        "XFAIL": XFAIL,
+        "XFAIL_EXHAUSTIVE": XFAIL_EXHAUSTIVE,
+    }
+    unknown = {name: sorted(set(t) - keys) for name, t in tables.items() if set(t) - keys}
+    assert not unknown, f"not in op_db (renamed or removed?): {unknown}"
+    seen: dict = {}
+    for name, table in tables.items():
+        for key in table:
+            assert key not in seen, f"{key} is in both {seen[key]} and {name}"
+            seen[key] = name
