@@ -57,8 +57,6 @@ SHAPE_ONLY: dict[str, str] = {
 # --- BEGIN GENERATED (scripts/op_coverage.py --write-expectations) ---
 XFAIL: dict[str, str] = {
     'cdist': 'no lowering: aten._cdist_forward.default',
-    'view_as_real': 'TypeError: lax.bitcast_convert_type does not support bool or complex values unless the operand an...',
-    'view_as_complex': 'TypeError: lax.bitcast_convert_type does not support bool or complex values unless the operand an...',
     'complex': 'no lowering: aten.complex.out',
     'corrcoef': 'no lowering: aten.equal.default',
     'cov': 'no lowering: aten.equal.default',
@@ -69,7 +67,6 @@ XFAIL: dict[str, str] = {
     'sparse.sampled_addmm': "NotImplementedError: Could not run 'aten::sparse_sampled_addmm' with arguments from the 'SparseCs...",
     'sparse.mm.reduce': "NotImplementedError: Could not run 'aten::_sparse_mm_reduce_impl' with arguments from the 'Sparse...",
     'geqrf': 'no lowering: aten.geqrf.default',
-    'imag': 'TypeError: lax.bitcast_convert_type does not support bool or complex values unless the operand an...',
     'matrix_exp': 'no lowering: aten.linalg_matrix_exp.default',
     'nn.functional.interpolate.bicubic': 'no lowering: aten.upsample_bicubic2d.out',
     '_upsample_bilinear2d_aa': 'no lowering: aten._upsample_bilinear2d_aa.out',
