@@ -16,7 +16,17 @@ from torch._prims_common import elementwise_dtypes
 
 from torch_pjrt.runtime.transfer import jax_dtype, torch_dtype
 
-__all__ = ["KIND", "is_weak", "promote", "result_type", "stand_in"]
+__all__ = ["KIND", "is_low_float", "is_weak", "opmath", "promote", "result_type", "stand_in"]
+
+
+def is_low_float(dtype) -> bool:
+    """bfloat16, float16 and the float8 types."""
+    return jnp.issubdtype(dtype, jnp.floating) and jnp.finfo(dtype).bits < 32
+
+
+def opmath(dtype):
+    """The dtype ATen's CPU kernels compute and accumulate in: float32 for half types."""
+    return jnp.float32 if is_low_float(dtype) else dtype
 
 
 def is_weak(x) -> bool:

@@ -6,20 +6,12 @@ import jax
 import jax.numpy as jnp
 import torch
 
+from torch_pjrt.ops._promote import opmath as _acc_dtype
 from torch_pjrt.ops.registry import lowers
 
 aten = torch.ops.aten
 
 HIGHEST = jax.lax.Precision.HIGHEST
-
-
-def _is_low_float(dtype) -> bool:
-    return jnp.issubdtype(dtype, jnp.floating) and jnp.finfo(dtype).bits < 32
-
-
-def _acc_dtype(dtype):
-    # CPU accumulates bfloat16/float16 products in float32 and rounds once at the end
-    return jnp.float32 if _is_low_float(dtype) else dtype
 
 
 def _check_same_dtype(a, b, what="expected m1 and m2 to have the same dtype"):

@@ -180,22 +180,25 @@ def _host_value(src: torch.Tensor, dtype: torch.dtype, shape, index: int) -> jax
     return value
 
 
+def _value_on(src: torch.Tensor, dtype: torch.dtype, shape, index: int) -> jax.Array:
+    """src's value on pjrt:index (from the host or another device), cast and broadcast."""
+    if src.device.type != "pjrt":
+        return _host_value(src, dtype, shape, index)
+    value = read(src)
+    if (src.device.index or 0) != index:
+        metrics.count("transfers_device_to_device")
+        value = _to_device(value, index)
+    with jax.enable_x64(True):
+        value = value.astype(jax_dtype(dtype))
+        if tuple(value.shape) != tuple(shape):
+            value = jnp.broadcast_to(value, tuple(shape))
+    return value
+
+
 @implements(aten.copy_.default)
 def copy_(self, src, non_blocking=False):
     if self.device.type == "pjrt":
-        index = self.device.index or 0
-        if src.device.type == "pjrt":
-            value = read(src)
-            if (src.device.index or 0) != index:
-                metrics.count("transfers_device_to_device")
-                value = _to_device(value, index)
-            with jax.enable_x64(True):
-                value = value.astype(jax_dtype(self.dtype))
-                if tuple(value.shape) != tuple(self.shape):
-                    value = jnp.broadcast_to(value, tuple(self.shape))
-        else:
-            value = _host_value(src, self.dtype, self.shape, index)
-        write(self, value)
+        write(self, _value_on(src, self.dtype, self.shape, self.device.index or 0))
         return self
     # pjrt -> cpu (or another backend): bring the source to the host first
     host = runtime.to_host(read(src), src.dtype)
@@ -227,18 +230,9 @@ def _to_copy(
     dtype = dtype or self.dtype
     target = torch.device(device) if device is not None else self.device
     if target.type == "pjrt":
+        _check_dtype(dtype)
         index = _index(target)
-        if self.device.type == "pjrt":
-            value = read(self)
-            if (self.device.index or 0) != index:
-                metrics.count("transfers_device_to_device")
-                value = _to_device(value, index)
-            with jax.enable_x64(True):
-                value = value.astype(jax_dtype(dtype))
-        else:
-            _check_dtype(dtype)
-            value = _host_value(self, dtype, self.shape, index)
-        return new_tensor(self.shape, dtype, index, value)
+        return new_tensor(self.shape, dtype, index, _value_on(self, dtype, self.shape, index))
     # to the CPU (or another backend)
     host = runtime.to_host(read(self), self.dtype)
     if host.dtype != dtype or target.type != "cpu":

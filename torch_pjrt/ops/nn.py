@@ -10,6 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
+from torch_pjrt.ops._promote import is_low_float as _is_low_float
+from torch_pjrt.ops._promote import opmath as _opmath
 from torch_pjrt.ops.registry import lowers
 from torch_pjrt.runtime.transfer import jax_dtype as _jax_dtype
 
@@ -19,15 +21,6 @@ HIGHEST = jax.lax.Precision.HIGHEST
 
 
 # --- small shared pieces -------------------------------------------------------------
-
-
-def _is_low_float(dtype) -> bool:
-    return jnp.issubdtype(dtype, jnp.floating) and jnp.finfo(dtype).bits < 32
-
-
-def _opmath(dtype):
-    """The dtype CPU kernels compute in: float32 for bfloat16/float16."""
-    return jnp.float32 if _is_low_float(dtype) else dtype
 
 
 def _up(x):
