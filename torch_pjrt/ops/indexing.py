@@ -1,0 +1,545 @@
+"""Indexing lowerings: advanced indexing, gathers and scatters, masks, searches.
+
+Boolean masks in ``index``/``index_put`` and the data-dependent ops (``nonzero``,
+``masked_select``, ``unique``) need the number of selected elements to fix the result
+shape, so they are raw kernels that read that count on the host (a counted host sync)
+and then run a static-shape lowering.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+from torch_pjrt.diagnostics import metrics
+from torch_pjrt.ops.registry import Kernel, Lowering, implements, lowers, resize_output
+from torch_pjrt.tensor import read, wrap
+
+aten = torch.ops.aten
+
+
+def _wrap_dim(dim: int, ndim: int) -> int:
+    return dim % max(ndim, 1) if dim < 0 else dim
+
+
+def _host_int(array) -> int:
+    """A device scalar read on the host: the one sync of a data-dependent shape."""
+    metrics.host_sync()
+    return int(jax.device_get(array))
+
+
+@functools.cache
+def _jitted(fn, statics: tuple):
+    return jax.jit(functools.partial(fn, **dict(statics)))
+
+
+def _run(fn, t: torch.Tensor, **statics):
+    """``fn`` on t's array, jitted once per static arguments; JAX arrays out."""
+    with jax.enable_x64(True):
+        return _jitted(fn, tuple(sorted(statics.items())))(read(t))
+
+
+def _wrap_all(arrays, like: torch.Tensor):
+    return tuple(wrap(a, like.device.index or 0) for a in arrays)
+
+
+def _count_nonzero(t: torch.Tensor) -> int:
+    return _host_int(_run(jnp.count_nonzero, t))
+
+
+# --- nonzero and masks ---------------------------------------------------------------
+
+
+@lowers(aten.nonzero_static.default)
+def nonzero_static(self, size, fill_value=-1):
+    if self.size == 0:
+        return jnp.full((size, self.ndim), fill_value, jnp.int64)
+    if self.ndim == 0:
+        return jnp.zeros((size, 0), jnp.int64)
+    where = jnp.nonzero(self, size=size, fill_value=fill_value)
+    return jnp.stack(where, axis=1).astype(jnp.int64)
+
+
+@implements(aten.nonzero.default)
+def nonzero(self):
+    return aten.nonzero_static.default(self, size=_count_nonzero(self))
+
+
+@implements(aten.nonzero.out)
+def nonzero_out(self, *, out):
+    result = nonzero(self)
+    resize_output(out, result.shape)
+    return out.copy_(result)
+
+
+def _is_mask(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.dtype in (torch.bool, torch.uint8)
+
+
+def _on_device(t, device):
+    if isinstance(t, torch.Tensor) and t.device != device:
+        return t.to(device)
+    return t
+
+
+def _expand_masks(self: torch.Tensor, indices) -> list:
+    """PyTorch's rule: a k-dim boolean mask is k long index tensors (its nonzero)."""
+    out = []
+    for t in indices:
+        t = _on_device(t, self.device)
+        if not _is_mask(t):
+            out.append(t)
+            continue
+        dim = len(out)
+        for j, size in enumerate(t.shape):
+            if dim + j >= self.dim() or self.shape[dim + j] != size:
+                raise IndexError(
+                    f"The shape of the mask {list(t.shape)} at index {j} does not match the "
+                    f"shape of the indexed tensor {list(self.shape)} at index {dim + j}"
+                )
+        where = nonzero(t)
+        out.extend(where.select(1, j) for j in range(t.dim()))
+    return out
+
+
+def _add_at(self, where, values):
+    """``self.at[where].add(values)``; for bool, PyTorch's add is a logical or."""
+    if self.dtype != jnp.bool_:
+        return self.at[where].add(values)
+    return self.astype(jnp.int32).at[where].add(values.astype(jnp.int32)) != 0
+
+
+def _index_tuple(indices) -> tuple:
+    return tuple(slice(None) if i is None else i for i in indices)
+
+
+def _index_lowering(self, indices):
+    return self[_index_tuple(indices)]
+
+
+def _index_put_lowering(self, indices, values, accumulate=False):
+    values = values.astype(self.dtype)
+    masks = [
+        i for i, t in enumerate(indices) if t is not None and t.dtype in (jnp.bool_, jnp.uint8)
+    ]
+    if masks:
+        # the caller passes a mask only when values are constant along the masked dims
+        before, mask = masks[0], indices[masks[0]].astype(bool)
+        mask = mask.reshape((1,) * before + mask.shape + (1,) * (self.ndim - before - mask.ndim))
+        return jnp.where(mask, self + values if accumulate else values, self)
+    where = _index_tuple(indices)
+    return _add_at(self, where, values) if accumulate else self.at[where].set(values)
+
+
+_INDEX = Kernel(aten.index.Tensor, Lowering(_index_lowering))
+_INDEX_PUT = Kernel(aten.index_put.default, Lowering(_index_put_lowering))
+
+
+@implements(aten.index.Tensor)
+def index(self, indices):
+    return _INDEX(self, _expand_masks(self, indices))
+
+
+@implements(aten.index.Tensor_out)
+def index_out(self, indices, *, out):
+    result = index(self, indices)
+    resize_output(out, result.shape)
+    return out.copy_(result)
+
+
+def _single_mask(self, indices, values) -> bool:
+    """Whether ``self[indices] = values`` is a ``where`` on one mask (no nonzero needed)."""
+    used = [i for i, t in enumerate(indices) if t is not None]
+    if len(used) != 1 or not _is_mask(indices[used[0]]):
+        return False
+    before, mask = used[0], indices[used[0]]
+    # values must be constant along the selected elements, and the mask must fit
+    # (else _expand_masks raises PyTorch's error)
+    return values.dim() <= self.dim() - before - mask.dim() and tuple(
+        self.shape[before : before + mask.dim()]
+    ) == tuple(mask.shape)
+
+
+def _index_put(self, indices, values, accumulate=False):
+    values = _on_device(values, self.device)
+    if _single_mask(self, indices, values):
+        return _INDEX_PUT(self, [_on_device(t, self.device) for t in indices], values, accumulate)
+    return _INDEX_PUT(self, _expand_masks(self, indices), values, accumulate)
+
+
+@implements(aten.index_put.default)
+def index_put(self, indices, values, accumulate=False):
+    return _index_put(self, indices, values, accumulate)
+
+
+@implements(aten.index_put_.default)
+def index_put_(self, indices, values, accumulate=False):
+    return self.copy_(_index_put(self, indices, values, accumulate))
+
+
+@implements(aten._index_put_impl_.default)
+def _index_put_impl_(self, indices, values, accumulate=False, unsafe=False):
+    return self.copy_(_index_put(self, indices, values, accumulate))
+
+
+@implements(aten.masked_select.default)
+def masked_select(self, mask):
+    shape = torch.broadcast_shapes(self.shape, mask.shape)
+    return index(self.expand(shape).reshape(-1), [mask.expand(shape).reshape(-1)])
+
+
+@implements(aten.masked_select.out)
+def masked_select_out(self, mask, *, out):
+    result = masked_select(self, mask)
+    resize_output(out, result.shape)
+    return out.copy_(result)
+
+
+@lowers(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
+def masked_fill(self, mask, value):
+    return jnp.where(mask, jnp.asarray(value).astype(self.dtype), self)
+
+
+@lowers(aten.masked_scatter.default)
+def masked_scatter(self, mask, source):
+    shape = jnp.broadcast_shapes(self.shape, mask.shape)
+    self, mask = jnp.broadcast_to(self, shape), jnp.broadcast_to(mask, shape)
+    if source.size == 0:
+        return self
+    flat = mask.reshape(-1)
+    position = jnp.clip(jnp.cumsum(flat) - 1, 0, source.size - 1)
+    values = source.reshape(-1)[position].reshape(shape).astype(self.dtype)
+    return jnp.where(mask, values, self)
+
+
+# --- gathers and scatters along a dim ----------------------------------------------
+
+
+def _along(index, dim: int) -> tuple:
+    """The full index tuple of a scatter along ``dim``: iotas elsewhere."""
+    return tuple(
+        index if d == dim else jax.lax.broadcasted_iota(jnp.int64, index.shape, d)
+        for d in range(index.ndim)
+    )
+
+
+def _as_1d(x):
+    return x.reshape(1) if x.ndim == 0 else x
+
+
+@lowers(aten.gather.default)
+def gather(self, dim, index, sparse_grad=False):
+    shape = index.shape
+    if index.size == 0:
+        return jnp.zeros(shape, self.dtype)
+    self, index = _as_1d(self), _as_1d(index)
+    dim = _wrap_dim(dim, self.ndim)
+    src = self[tuple(slice(None) if d == dim else slice(0, n) for d, n in enumerate(index.shape))]
+    return jnp.take_along_axis(src, index, axis=dim).reshape(shape)
+
+
+def _identity(reduce: str, dtype):
+    if reduce in ("sum", "mean"):
+        return jnp.zeros((), dtype)
+    if reduce == "prod":
+        return jnp.ones((), dtype)
+    if jnp.issubdtype(dtype, jnp.floating):
+        return jnp.asarray(-jnp.inf if reduce == "amax" else jnp.inf, dtype)
+    info = jnp.iinfo(dtype) if dtype != jnp.bool_ else None
+    if info is None:
+        return jnp.asarray(reduce == "amin", dtype)
+    return jnp.asarray(info.min if reduce == "amax" else info.max, dtype)
+
+
+_AT = {"sum": "add", "mean": "add", "prod": "multiply", "amax": "max", "amin": "min"}
+
+
+def _reduce_into(self, where, src, reduce: str, include_self: bool = True):
+    """``self`` with ``src`` reduced into the positions ``where`` (duplicates reduce)."""
+    if self.dtype == jnp.bool_:
+        # sum and prod of bools are a logical or and and: reduce 0/1 integers instead
+        ints = _reduce_into(self.astype(jnp.int32), where, src, reduce, include_self)
+        return ints != 0
+    src = src.astype(self.dtype)
+    base = self
+    if not include_self:
+        touched = jnp.zeros(self.shape, bool).at[where].set(True)
+        base = jnp.where(touched, _identity(reduce, self.dtype), self)
+    out = getattr(base.at[where], _AT[reduce])(src)
+    if reduce != "mean":
+        return out
+    count = jnp.full(self.shape, 1 if include_self else 0, self.dtype)
+    count = count.at[where].add(jnp.ones(src.shape, self.dtype))
+    count = jnp.where(count == 0, jnp.ones((), self.dtype), count)
+    if jnp.issubdtype(self.dtype, jnp.inexact):
+        return out / count
+    return jnp.floor_divide(out, count)
+
+
+def _scatter_src(src, index):
+    return src[tuple(slice(0, n) for n in index.shape)]
+
+
+@lowers(aten.scatter)
+def scatter(self, dim, index, src=None, value=None, reduce=None):
+    if index.size == 0:
+        return self
+    shape = self.shape
+    self, index = _as_1d(self), _as_1d(index)
+    dim = _wrap_dim(dim, self.ndim)
+    if src is None:
+        src = jnp.broadcast_to(jnp.asarray(value).astype(self.dtype), index.shape)
+    else:
+        src = _scatter_src(_as_1d(src), index)
+    where = _along(index, dim)
+    if reduce is None:
+        out = self.at[where].set(src.astype(self.dtype))
+    else:
+        out = _reduce_into(self, where, src, {"add": "sum", "multiply": "prod"}[reduce])
+    return out.reshape(shape)
+
+
+@lowers(aten.scatter_add.default)
+def scatter_add(self, dim, index, src):
+    if index.size == 0:
+        return self
+    shape = self.shape
+    self, index, src = _as_1d(self), _as_1d(index), _as_1d(src)
+    where = _along(index, _wrap_dim(dim, self.ndim))
+    return _add_at(self, where, _scatter_src(src, index).astype(self.dtype)).reshape(shape)
+
+
+@lowers(aten.scatter_reduce.two)
+def scatter_reduce(self, dim, index, src, reduce, include_self=True):
+    if index.size == 0:
+        return self
+    shape = self.shape
+    self, index, src = _as_1d(self), _as_1d(index), _as_1d(src)
+    where = _along(index, _wrap_dim(dim, self.ndim))
+    return _reduce_into(self, where, _scatter_src(src, index), reduce, include_self).reshape(shape)
+
+
+def _at_dim(self, dim: int, index) -> tuple:
+    return (slice(None),) * _wrap_dim(dim, self.ndim) + (index.reshape(-1),)
+
+
+def _source_like(self, dim: int, index, source):
+    """``source`` shaped as the positions ``self[..., index, ...]`` it lands in."""
+    shape = list(self.shape)
+    shape[_wrap_dim(dim, self.ndim)] = index.size
+    return source.reshape(shape).astype(self.dtype)
+
+
+@lowers(aten.index_select.default)
+def index_select(self, dim, index):
+    if self.ndim == 0:
+        return self.reshape(1)[index.reshape(-1)].reshape(())
+    return jnp.take(self, index.reshape(-1), axis=_wrap_dim(dim, self.ndim))
+
+
+@lowers(aten.index_add.default)
+def index_add(self, dim, index, source, alpha=1):
+    shape = self.shape
+    self = _as_1d(self)
+    source = _source_like(self, dim, index, source)
+    if not (isinstance(alpha, (int, float)) and alpha == 1):
+        source = source * jnp.asarray(alpha).astype(self.dtype)
+    return _add_at(self, _at_dim(self, dim, index), source).reshape(shape)
+
+
+@lowers(aten.index_copy.default)
+def index_copy(self, dim, index, source):
+    shape = self.shape
+    self = _as_1d(self)
+    source = _source_like(self, dim, index, source)
+    return self.at[_at_dim(self, dim, index)].set(source).reshape(shape)
+
+
+@lowers(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
+def index_fill(self, dim, index, value):
+    shape = self.shape
+    self = _as_1d(self)
+    value = jnp.asarray(value).astype(self.dtype)
+    return self.at[_at_dim(self, dim, index)].set(value).reshape(shape)
+
+
+@lowers(aten.index_reduce.default)
+def index_reduce(self, dim, index, source, reduce, include_self=True):
+    shape = self.shape
+    self = _as_1d(self)
+    source = _source_like(self, dim, index, source)
+    return _reduce_into(self, _at_dim(self, dim, index), source, reduce, include_self).reshape(
+        shape
+    )
+
+
+@lowers(aten.put.default)
+def put(self, index, source, accumulate=False):
+    flat = self.reshape(-1)
+    index, source = index.reshape(-1), source.reshape(-1).astype(self.dtype)
+    flat = _add_at(flat, index, source) if accumulate else flat.at[index].set(source)
+    return flat.reshape(self.shape)
+
+
+@lowers(aten.take.default)
+def take(self, index):
+    return self.reshape(-1)[index]
+
+
+# --- embeddings ------------------------------------------------------------------
+
+
+@lowers(aten.embedding_dense_backward.default)
+def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
+    index = indices.reshape(-1)
+    grad = grad_output.reshape(index.size, -1)
+    if padding_idx >= 0:
+        grad = jnp.where((index == padding_idx)[:, None], jnp.zeros((), grad.dtype), grad)
+    if scale_grad_by_freq:
+        counts = jnp.zeros((num_weights,), grad.dtype).at[index].add(1)
+        grad = grad / counts[index][:, None]
+    out = jnp.zeros((num_weights, grad.shape[1]), grad.dtype)
+    return out.at[index].add(grad)
+
+
+@lowers(aten.embedding_renorm.default)
+def embedding_renorm(self, indices, max_norm, norm_type):
+    used = jnp.zeros((self.shape[0],), bool).at[indices.reshape(-1)].set(True)
+    norm = jnp.linalg.norm(self.astype(jnp.float32), ord=norm_type, axis=1)
+    scale = jnp.where(used & (norm > max_norm), max_norm / (norm + 1e-7), 1.0)
+    return (self * scale[:, None].astype(self.dtype)).astype(self.dtype)
+
+
+# --- sorted searches ---------------------------------------------------------------
+
+
+def _searchsorted(sorted_sequence, values, right, side, sorter, out_int32):
+    side = "right" if right or side == "right" else "left"
+    dtype = jnp.result_type(sorted_sequence, values)
+    seq, values = sorted_sequence.astype(dtype), jnp.asarray(values).astype(dtype)
+    if sorter is not None:
+        seq = jnp.take_along_axis(seq, sorter, axis=-1)
+    if seq.shape[-1:] == (0,) or values.size == 0:
+        out = jnp.zeros(values.shape, jnp.int64)
+    elif seq.ndim <= 1:
+        out = jnp.searchsorted(seq, values, side=side)
+    else:
+        lead = seq.shape[:-1]
+        rows = jax.vmap(lambda s, v: jnp.searchsorted(s, v, side=side))
+        out = rows(seq.reshape(-1, seq.shape[-1]), values.reshape(int(np.prod(lead)), -1))
+        out = out.reshape(values.shape)
+    return out.astype(jnp.int32 if out_int32 else jnp.int64)
+
+
+@lowers(aten.searchsorted.Tensor, aten.searchsorted.Scalar)
+def searchsorted(sorted_sequence, self, out_int32=False, right=False, side=None, sorter=None):
+    return _searchsorted(sorted_sequence, self, right, side, sorter, out_int32)
+
+
+@lowers(aten.bucketize.Tensor, aten.bucketize.Scalar)
+def bucketize(self, boundaries, out_int32=False, right=False):
+    return _searchsorted(boundaries, self, right, None, None, out_int32)
+
+
+# --- unique: the number of distinct values is read on the host --------------------------
+
+
+def _rows(self, dim):
+    """``self`` as rows to compare: elements (dim None) or slices along ``dim``."""
+    if dim is None:
+        return self.reshape(-1, 1)
+    x = jnp.moveaxis(self, dim, 0)
+    return x.reshape(x.shape[0], int(np.prod(x.shape[1:])))
+
+
+def _sorted_rows(self, dim):
+    rows = _rows(self, dim)
+    if rows.shape[0] == 0 or rows.shape[1] == 0:
+        order = jnp.arange(rows.shape[0])
+    else:
+        # lexsort's last key is the primary one
+        order = jnp.lexsort(tuple(rows[:, j] for j in reversed(range(rows.shape[1]))))
+    return rows[order], order
+
+
+def _starts(rows):
+    """Where a new run of equal rows begins."""
+    if rows.shape[0] == 0:
+        return jnp.zeros((0,), bool)
+    change = jnp.any(rows[1:] != rows[:-1], axis=1)
+    return jnp.concatenate([jnp.ones((1,), bool), change])
+
+
+def _count_runs(self, dim, sort):
+    rows = _sorted_rows(self, dim)[0] if sort else _rows(self, dim)
+    return jnp.sum(_starts(rows))
+
+
+def _runs(self, dim, sort, size, return_inverse, return_counts):
+    rows, order = _sorted_rows(self, dim) if sort else (_rows(self, dim), None)
+    starts = _starts(rows)
+    first = jnp.nonzero(starts, size=size, fill_value=0)[0]
+    if dim is None:
+        output = rows[first, 0]
+    else:
+        x = jnp.moveaxis(self, dim, 0)
+        output = jnp.moveaxis(x[order[first] if sort else first], 0, dim)
+    group = jnp.cumsum(starts) - 1
+    if sort:
+        group = jnp.zeros_like(group).at[order].set(group)
+    inverse_shape = self.shape if dim is None else (self.shape[dim],)
+    inverse = group.reshape(inverse_shape) if return_inverse else jnp.zeros((0,), jnp.int64)
+    ends = jnp.concatenate([first[1:], jnp.full((1,), rows.shape[0])])[:size]
+    counts = ends - first if return_counts else jnp.zeros((0,), jnp.int64)
+    return output, inverse.astype(jnp.int64), counts.astype(jnp.int64)
+
+
+def _unique(self: torch.Tensor, dim, sort: bool, return_inverse: bool, return_counts: bool):
+    size = _host_int(_run(_count_runs, self, dim=dim, sort=sort))
+    out = _run(
+        _runs,
+        self,
+        dim=dim,
+        sort=sort,
+        size=size,
+        return_inverse=return_inverse,
+        return_counts=return_counts,
+    )
+    return _wrap_all(out, self)
+
+
+@implements(aten._unique2.default)
+def _unique2(self, sorted=True, return_inverse=False, return_counts=False):
+    # NOTE: always sorted; PyTorch leaves the order unspecified for sorted=False
+    return _unique(self, None, True, return_inverse, return_counts)
+
+
+@implements(aten._unique.default)
+def _unique_(self, sorted=True, return_inverse=False):
+    return _unique(self, None, True, return_inverse, False)[:2]
+
+
+@implements(aten.unique_dim.default)
+def unique_dim(self, dim, sorted=True, return_inverse=False, return_counts=False):
+    return _unique(self, _wrap_dim(dim, self.dim()), True, return_inverse, return_counts)
+
+
+@implements(aten.unique_consecutive.default)
+def unique_consecutive(self, return_inverse=False, return_counts=False, dim=None):
+    dim = None if dim is None else _wrap_dim(dim, self.dim())
+    return _unique(self, dim, False, return_inverse, return_counts)
+
+
+@implements(aten.repeat_interleave.Tensor)
+def repeat_interleave(repeats, *, output_size=None):
+    if output_size is None:
+        output_size = _host_int(_run(jnp.sum, repeats))
+    return wrap(_run(_repeat_index, repeats, size=output_size), repeats.device.index or 0)
+
+
+def _repeat_index(repeats, size):
+    return jnp.repeat(jnp.arange(repeats.shape[0]), repeats, total_repeat_length=size)

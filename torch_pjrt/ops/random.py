@@ -1,0 +1,185 @@
+"""Random lowerings: each gets a fresh ``key`` from the device RNG state.
+
+The in-place samplers (``uniform_``, ``exponential_``, ``random_`` ...) are derived
+from their functional ops. ``rand``, ``randn``, ``randint`` and the ``*_like`` ops are
+CompositeExplicitAutograd in ATen (``empty`` then an in-place sampler). Draws follow
+PyTorch's distributions, not its CPU generator's bit stream.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import torch
+
+from torch_pjrt.ops._promote import result_type
+from torch_pjrt.ops.registry import implements, lowers
+
+aten = torch.ops.aten
+
+
+def _float_dtype(dtype):
+    """The dtype to draw in: JAX samples floats of at least 32 bits most accurately."""
+    return jnp.float32 if jnp.finfo(dtype).bits < 32 else dtype
+
+
+def _uniform(key, shape, dtype, low=0.0, high=1.0):
+    draw = _float_dtype(dtype)
+    return jax.random.uniform(key, shape, draw, low, high).astype(dtype)
+
+
+def _normal(key, shape, dtype):
+    return jax.random.normal(key, shape, _float_dtype(dtype))
+
+
+@lowers(aten.uniform.default, random=True)
+def uniform(self, from_=0.0, to=1.0, generator=None, *, key):
+    return _uniform(key, self.shape, self.dtype, from_, to)
+
+
+@lowers(aten.normal_functional.default, random=True)
+def normal_functional(self, mean=0.0, std=1.0, generator=None, *, key):
+    return (mean + std * _normal(key, self.shape, self.dtype)).astype(self.dtype)
+
+
+@implements(aten.normal_.default)
+def normal_(self, mean=0.0, std=1.0, *, generator=None):
+    return self.copy_(aten.normal_functional.default(self, mean, std))
+
+
+@lowers(aten.normal.Tensor_float, aten.normal.float_Tensor, aten.normal.Tensor_Tensor, random=True)
+def normal(mean, std=1.0, generator=None, *, key):
+    arrays = [x for x in (mean, std) if not isinstance(x, float)]
+    dtype = result_type(*arrays)[1]
+    shape = jnp.broadcast_shapes(*(x.shape for x in arrays))
+    return (mean + std * _normal(key, shape, dtype)).astype(dtype)
+
+
+@lowers(aten.bernoulli.default, aten.bernoulli.p, aten.bernoulli.Tensor, random=True)
+def bernoulli(self, p=None, generator=None, *, key):
+    p = self if p is None else p
+    u = jax.random.uniform(key, self.shape, _float_dtype(jnp.result_type(p, jnp.float32)))
+    return (u < p).astype(self.dtype)
+
+
+@implements(aten.bernoulli_.float)
+def bernoulli_(self, p=0.5, *, generator=None):
+    return self.copy_(aten.bernoulli.p(self, p))
+
+
+@lowers(aten.exponential.default, random=True)
+def exponential(self, lambd=1.0, generator=None, *, key):
+    return (jax.random.exponential(key, self.shape, _float_dtype(self.dtype)) / lambd).astype(
+        self.dtype
+    )
+
+
+@lowers(aten.geometric.default, random=True)
+def geometric(self, p, generator=None, *, key):
+    # 1 - u lies in (0, 1]: log never sees zero
+    u = 1.0 - jax.random.uniform(key, self.shape, jnp.float64)
+    trials = jnp.ceil(jnp.log(u) / jnp.log1p(-p))
+    return jnp.maximum(trials, 1).astype(self.dtype)
+
+
+@lowers(aten.log_normal.default, random=True)
+def log_normal(self, mean=1.0, std=2.0, generator=None, *, key):
+    return jnp.exp(mean + std * _normal(key, self.shape, self.dtype)).astype(self.dtype)
+
+
+@lowers(aten.cauchy.default, random=True)
+def cauchy(self, median=0.0, sigma=1.0, generator=None, *, key):
+    draw = jax.random.cauchy(key, self.shape, _float_dtype(self.dtype))
+    return (median + sigma * draw).astype(self.dtype)
+
+
+# --- integers in a range -------------------------------------------------------------
+
+
+def _top(dtype) -> int:
+    """The largest value ``random_`` draws by default for ``dtype``."""
+    if dtype == jnp.bool_:
+        return 1
+    if jnp.issubdtype(dtype, jnp.floating):
+        return 2 ** (jnp.finfo(dtype).nmant + 1)  # every integer up to here is exact
+    return int(jnp.iinfo(dtype).max)
+
+
+def _randint(key, shape, low: int, high: int, dtype):
+    """Integers in [low, high] (inclusive), as PyTorch draws them: 64 random bits modulo
+    the range."""
+    if low > high:
+        raise RuntimeError(
+            f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high + 1}"
+        )
+    span = high - low + 1
+    bits = jax.random.bits(key, shape, jnp.uint64)
+    if span < 2**64:
+        bits = bits % jnp.uint64(span)
+    value = bits + jnp.uint64(low % 2**64)  # wraps modulo 2**64, as int64 arithmetic does
+    return jax.lax.bitcast_convert_type(value, jnp.int64).astype(dtype)
+
+
+@lowers(aten.random.default, aten.random.to, getattr(aten.random, "from"), random=True)
+def random(self, from_=0, to=None, generator=None, *, key):
+    high = _top(self.dtype) if to is None else to - 1
+    return _randint(key, self.shape, from_, high, self.dtype)
+
+
+@lowers(aten.randperm.default, random=True)
+def randperm(n, dtype=torch.int64, layout=None, device=None, pin_memory=None, *, key):
+    from torch_pjrt.runtime.transfer import jax_dtype
+
+    dtype = dtype if isinstance(dtype, torch.dtype) else torch.int64
+    return jax.random.permutation(key, n).astype(jax_dtype(dtype))
+
+
+@lowers(aten.multinomial.default, random=True)
+def multinomial(self, num_samples, replacement=False, generator=None, *, key):
+    logits = jnp.log(self.astype(_float_dtype(self.dtype)))
+    if replacement:
+        shape = (num_samples,) + logits.shape[:-1]
+        draws = jax.random.categorical(key, logits, axis=-1, shape=shape)
+        return jnp.moveaxis(draws, 0, -1).astype(jnp.int64)
+    # the Gumbel top-k trick samples without replacement
+    scores = logits + jax.random.gumbel(key, logits.shape, logits.dtype)
+    return jax.lax.top_k(scores, num_samples)[1].astype(jnp.int64)
+
+
+@lowers(aten.native_dropout.default, random=True)
+def native_dropout(input, p, train, *, key):
+    if train is not None and not train:
+        return input, jnp.ones(input.shape, bool)
+    keep = 1.0 - p
+    mask = jax.random.uniform(key, input.shape, jnp.float32) < keep
+    scale = 0.0 if keep == 0 else 1.0 / keep
+    return input * mask.astype(input.dtype) * jnp.asarray(scale, input.dtype), mask
+
+
+@lowers(aten.rrelu_with_noise_functional.default, random=True)
+def rrelu_with_noise_functional(
+    self, noise, lower=0.125, upper=1.0 / 3.0, training=False, generator=None, *, key
+):
+    if not training:
+        slope = jnp.asarray((lower + upper) / 2).astype(self.dtype)
+        return jnp.where(self > 0, self, self * slope), noise
+    slope = jax.random.uniform(key, self.shape, _float_dtype(self.dtype), lower, upper)
+    slope = slope.astype(self.dtype)
+    negative = self <= 0
+    return jnp.where(negative, self * slope, self), jnp.where(negative, slope, 1).astype(
+        noise.dtype
+    )
+
+
+@implements(aten.rrelu_with_noise.default)
+def rrelu_with_noise(self, noise, lower=0.125, upper=1.0 / 3.0, training=False, generator=None):
+    out, noise_out = aten.rrelu_with_noise_functional.default(self, noise, lower, upper, training)
+    noise.copy_(noise_out)
+    return out
+
+
+@implements(aten.rrelu_with_noise_.default)
+def rrelu_with_noise_(self, noise, lower=0.125, upper=1.0 / 3.0, training=False, generator=None):
+    out, noise_out = aten.rrelu_with_noise_functional.default(self, noise, lower, upper, training)
+    noise.copy_(noise_out)
+    return self.copy_(out)

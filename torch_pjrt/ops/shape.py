@@ -1,0 +1,181 @@
+"""Shape lowerings: ops that copy or rearrange elements without doing arithmetic."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+from torch_pjrt.ops._promote import result_type
+from torch_pjrt.ops.registry import lowers
+
+aten = torch.ops.aten
+
+
+def _wrap_dim(dim: int, ndim: int) -> int:
+    return dim % max(ndim, 1) if dim < 0 else dim
+
+
+@lowers(aten.cat.default)
+def cat(tensors, dim=0):
+    # PyTorch skips legacy empty 1-D tensors of shape (0,) when others have data
+    dtype = result_type(*tensors)[1] if tensors else jnp.float32
+    kept = [t for t in tensors if t.shape != (0,)]
+    if not kept:
+        return jnp.zeros((0,), dtype)
+    dim = _wrap_dim(dim, kept[0].ndim)
+    return jnp.concatenate([t.astype(dtype) for t in kept], axis=dim)
+
+
+@lowers(aten.flip.default)
+def flip(self, dims):
+    if self.ndim == 0 or not dims:
+        return self
+    return jnp.flip(self, axis=tuple(_wrap_dim(d, self.ndim) for d in dims))
+
+
+@lowers(aten.roll.default)
+def roll(self, shifts, dims=()):
+    if not dims:
+        return jnp.roll(self.reshape(-1), shifts[0]).reshape(self.shape)
+    return jnp.roll(self, tuple(shifts), axis=tuple(_wrap_dim(d, self.ndim) for d in dims))
+
+
+@lowers(aten.tril.default)
+def tril(self, diagonal=0):
+    return jnp.tril(self, diagonal)
+
+
+@lowers(aten.triu.default)
+def triu(self, diagonal=0):
+    return jnp.triu(self, diagonal)
+
+
+@lowers(aten.channel_shuffle.default, aten.native_channel_shuffle.default)
+def channel_shuffle(self, groups):
+    n, c = self.shape[:2]
+    rest = self.shape[2:]
+    x = self.reshape((n, groups, c // groups) + rest)
+    return jnp.swapaxes(x, 1, 2).reshape(self.shape)
+
+
+# --- scatters into views -------------------------------------------------------------
+
+
+def _slice_bounds(size: int, start, end, step: int) -> tuple[int, int, int]:
+    start = 0 if start is None else start
+    end = size if end is None else end
+    start = start + size if start < 0 else start
+    end = end + size if end < 0 else end
+    start = min(max(start, 0), size)
+    end = min(max(end, start), size)
+    return start, end, step
+
+
+@lowers(aten.slice_scatter.default)
+def slice_scatter(self, src, dim=0, start=None, end=None, step=1):
+    dim = _wrap_dim(dim, self.ndim)
+    start, end, step = _slice_bounds(self.shape[dim], start, end, step)
+    where = (slice(None),) * dim + (slice(start, end, step),)
+    return self.at[where].set(src.astype(self.dtype))
+
+
+@lowers(aten.select_scatter.default)
+def select_scatter(self, src, dim, index):
+    dim = _wrap_dim(dim, self.ndim)
+    index = index + self.shape[dim] if index < 0 else index
+    return self.at[(slice(None),) * dim + (index,)].set(src.astype(self.dtype))
+
+
+def _diagonal_positions(rows: int, cols: int, offset: int):
+    length = max(min(rows + min(offset, 0), cols - max(offset, 0)), 0)
+    i = np.arange(length)
+    return i + max(-offset, 0), i + max(offset, 0)
+
+
+@lowers(aten.diagonal_scatter.default)
+def diagonal_scatter(self, src, offset=0, dim1=0, dim2=1):
+    dim1, dim2 = _wrap_dim(dim1, self.ndim), _wrap_dim(dim2, self.ndim)
+    x = jnp.moveaxis(self, (dim1, dim2), (-2, -1))
+    r, c = _diagonal_positions(x.shape[-2], x.shape[-1], offset)
+    x = x.at[..., r, c].set(src.astype(self.dtype))
+    return jnp.moveaxis(x, (-2, -1), (dim1, dim2))
+
+
+@lowers(aten.diag_embed.default)
+def diag_embed(self, offset=0, dim1=-2, dim2=-1):
+    ndim = self.ndim + 1
+    dim1, dim2 = _wrap_dim(dim1, ndim), _wrap_dim(dim2, ndim)
+    n = self.shape[-1] + abs(offset)
+    out = jnp.zeros(self.shape[:-1] + (n, n), self.dtype)
+    r, c = _diagonal_positions(n, n, offset)
+    out = out.at[..., r, c].set(self)
+    return jnp.moveaxis(out, (-2, -1), (dim1, dim2))
+
+
+@lowers(aten.unfold_backward.default)
+def unfold_backward(grad_in, input_sizes, dim, size, step):
+    if not input_sizes:
+        return jnp.sum(grad_in).reshape(())
+    dim = _wrap_dim(dim, len(input_sizes))
+    windows = grad_in.shape[dim]
+    positions = (np.arange(windows)[:, None] * step + np.arange(size)[None, :]).reshape(-1)
+    g = jnp.moveaxis(grad_in, -1, dim + 1)
+    g = g.reshape(g.shape[:dim] + (windows * size,) + g.shape[dim + 2 :])
+    out = jnp.zeros(tuple(input_sizes), grad_in.dtype)
+    return out.at[(slice(None),) * dim + (positions,)].add(g)
+
+
+# --- reflection and replication padding -----------------------------------------------
+
+
+def _source_index(size: int, before: int, after: int, mode: str) -> np.ndarray:
+    """For each output position along a padded dim, the input position it copies."""
+    j = np.arange(size + before + after) - before
+    if mode == "reflect":
+        period = 2 * (size - 1)
+        j = np.abs(j) % period if period else np.zeros_like(j)
+        return np.where(j >= size, period - j, j)
+    return np.clip(j, 0, size - 1)
+
+
+def _pad(x, padding, mode: str):
+    for i in range(len(padding) // 2):
+        dim = x.ndim - 1 - i
+        index = _source_index(x.shape[dim], padding[2 * i], padding[2 * i + 1], mode)
+        x = jnp.take(x, index, axis=dim)
+    return x
+
+
+def _pad_backward(grad_output, self, padding, mode: str):
+    _, pullback = jax.vjp(lambda x: _pad(x, padding, mode), self)
+    return pullback(grad_output.astype(self.dtype))[0]
+
+
+@lowers(aten.reflection_pad1d, aten.reflection_pad2d, aten.reflection_pad3d)
+def reflection_pad(self, padding):
+    return _pad(self, padding, "reflect")
+
+
+@lowers(aten.replication_pad1d, aten.replication_pad2d, aten.replication_pad3d)
+def replication_pad(self, padding):
+    return _pad(self, padding, "edge")
+
+
+@lowers(
+    aten.reflection_pad1d_backward,
+    aten.reflection_pad2d_backward,
+    aten.reflection_pad3d_backward,
+)
+def reflection_pad_backward(grad_output, self, padding):
+    return _pad_backward(grad_output, self, padding, "reflect")
+
+
+@lowers(
+    aten.replication_pad1d_backward,
+    aten.replication_pad2d_backward,
+    aten.replication_pad3d_backward,
+)
+def replication_pad_backward(grad_output, self, padding):
+    return _pad_backward(grad_output, self, padding, "edge")
