@@ -174,9 +174,7 @@ def eye(n, m=None, dtype=None, layout=None, device=None, pin_memory=None):
 
 
 def _triangle_indices(row: int, col: int, offset: int, lower: bool, dtype):
-    if not isinstance(dtype, torch.dtype):
-        # the schema's default (ScalarType Long) arrives as its enum value
-        dtype = torch.int64
+    dtype = torch.int64 if dtype is None else dtype
     if lower:
         mask = np.tri(row, col, offset, dtype=bool)
     else:

@@ -130,7 +130,7 @@ def random(self, from_=0, to=None, generator=None, *, key):
 def randperm(n, dtype=torch.int64, layout=None, device=None, pin_memory=None, *, key):
     from torch_pjrt.runtime.transfer import jax_dtype
 
-    dtype = dtype if isinstance(dtype, torch.dtype) else torch.int64
+    dtype = torch.int64 if dtype is None else dtype
     return jax.random.permutation(key, n).astype(jax_dtype(dtype))
 
 

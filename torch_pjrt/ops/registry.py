@@ -122,6 +122,29 @@ def _kind(type_str: str) -> int:
     return _STATIC
 
 
+# c10::ScalarType numbering: schema defaults such as ``ScalarType dtype=long`` arrive
+# as these integers
+_SCALAR_TYPES = {
+    **dict(
+        enumerate(
+            [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+             torch.float32, torch.float64, torch.complex32, torch.complex64, torch.complex128,
+             torch.bool]
+        )
+    ),
+    15: torch.bfloat16,
+}
+
+
+def _default(arg):
+    if not arg.has_default_value():
+        return None
+    value = arg.default_value
+    if arg.name == "dtype" and isinstance(value, int) and not isinstance(value, bool):
+        return _SCALAR_TYPES[value]
+    return value
+
+
 def _py_name(name: str) -> str:
     return name + "_" if keyword.iskeyword(name) else name
 
@@ -141,7 +164,7 @@ class Signature:
         self.op = op
         self.names = [_py_name(a.name) for a in args]
         self.positional = [a.name for a in args if not a.kwarg_only]
-        self.defaults = [a.default_value if a.has_default_value() else None for a in args]
+        self.defaults = [_default(a) for a in args]
         self.index = {a.name: i for i, a in enumerate(args)}
         self.kinds = [_STATIC if a.name in static else _kind(str(a.type)) for a in args]
         self.arrays = [i for i, k in enumerate(self.kinds) if k in (_TENSOR, _TENSOR_LIST)]
@@ -292,6 +315,10 @@ class Kernel:
 def _to_meta(x):
     if isinstance(x, torch.Tensor):
         return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+    if isinstance(x, torch.device) and x.type == "pjrt":
+        return torch.device("meta")
+    if isinstance(x, str) and x.startswith("pjrt"):
+        return "meta"
     if isinstance(x, (list, tuple)):
         return type(x)(_to_meta(v) for v in x)
     return x
