@@ -201,47 +201,45 @@ def _is_contiguous(shape, strides) -> bool:
     return True
 
 
-def _flat_index(shape, strides, offset):
-    idx = jnp.full(shape, offset, dtype=jnp.int64)
+def _flat_index(shape, strides):
+    idx = jnp.zeros(shape, dtype=jnp.int64)
     for dim, (size, stride) in enumerate(zip(shape, strides)):
         if size > 1 and stride != 0:
             idx = idx + jax.lax.broadcasted_iota(jnp.int64, shape, dim) * stride
     return idx
 
 
+# NOTE: the storage offset is an argument of the programs, not part of their key, so
+# walking a tensor (x[i] for i in range(n)) reuses one program.
 @functools.lru_cache(maxsize=4096)
-def _gather_fn(shape, strides, offset):
+def _gather_fn(shape, strides):
     numel = math.prod(shape)
     if _is_contiguous(shape, strides):
 
-        def gather(a):
-            return jax.lax.slice(a.reshape(-1), (offset,), (offset + numel,)).reshape(shape)
+        def gather(a, offset):
+            return jax.lax.dynamic_slice(a.reshape(-1), (offset,), (numel,)).reshape(shape)
 
     else:
 
-        def gather(a):
-            return a.reshape(-1)[_flat_index(shape, strides, offset)]
+        def gather(a, offset):
+            return a.reshape(-1)[_flat_index(shape, strides) + offset]
 
     return jax.jit(gather)
 
 
 @functools.lru_cache(maxsize=4096)
-def _scatter_fn(shape, strides, offset):
-    numel = math.prod(shape)
+def _scatter_fn(shape, strides):
     if _is_contiguous(shape, strides):
 
-        def scatter(a, v):
-            flat = jax.lax.dynamic_update_slice(a.reshape(-1), v.reshape(-1), (offset,))
-            return flat
+        def scatter(a, v, offset):
+            return jax.lax.dynamic_update_slice(a.reshape(-1), v.reshape(-1), (offset,))
 
     else:
 
-        def scatter(a, v):
-            return a.reshape(-1).at[_flat_index(shape, strides, offset).reshape(-1)].set(
-                v.reshape(-1)
-            )
+        def scatter(a, v, offset):
+            idx = (_flat_index(shape, strides) + offset).reshape(-1)
+            return a.reshape(-1).at[idx].set(v.reshape(-1))
 
-    del numel
     return jax.jit(scatter)
 
 
@@ -288,7 +286,7 @@ def read(t: torch.Tensor) -> jax.Array:
         if a.shape == shape and t.storage_offset() == 0 and t.is_contiguous():
             return a
         strides, offset = tuple(t.stride()), t.storage_offset()
-        out = _gather_fn(shape, strides, offset)(a)
+        out = _gather_fn(shape, strides)(a, offset)
         if (
             t.dtype == cell.dtype
             and offset == 0
@@ -324,7 +322,7 @@ def write(t: torch.Tensor, value: jax.Array) -> None:
         if t.dtype != cell.dtype:
             _check_no_overlap(t)
             base = _reinterpret(cell.materialize(), value.dtype)
-            new = _scatter_fn(shape, tuple(t.stride()), offset)(base, value)
+            new = _scatter_fn(shape, tuple(t.stride()))(base, value, offset)
             cell.array = _reinterpret(new, jax_dtype(cell.dtype))
             return
         if offset == 0 and value.size == cell.size and t.is_contiguous():
@@ -334,7 +332,7 @@ def write(t: torch.Tensor, value: jax.Array) -> None:
         if value.size == 0:
             return
         base = cell.materialize()
-        cell.array = _scatter_fn(shape, tuple(t.stride()), offset)(base, value)
+        cell.array = _scatter_fn(shape, tuple(t.stride()))(base, value, offset)
 
 
 def resize_cell(t: torch.Tensor, size: int) -> None:

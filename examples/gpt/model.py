@@ -134,13 +134,28 @@ def generate(
     max_new_tokens: int,
     temperature: float = 1.0,
     top_k: int | None = None,
+    pad_token: int | None = None,
 ) -> torch.Tensor:
-    """Extend ``idx`` (shape (B, T), int64) by ``max_new_tokens`` sampled tokens."""
+    """Extend ``idx`` (shape (B, T), int64) by ``max_new_tokens`` sampled tokens.
+
+    With ``pad_token``, a short prompt is left-padded to the full context, so every step
+    runs the model on the same shape: on XLA devices that is one compiled program
+    instead of one per context length. The padding is not part of the result.
+    """
     was_training = model.training
     model.eval()
     block_size = model.cfg.block_size
-    for _ in range(max_new_tokens):
-        idx_cond = idx if idx.size(1) <= block_size else idx[:, -block_size:]
+    batch, start = idx.shape[0], 0
+    if pad_token is not None and idx.size(1) < block_size:
+        start = block_size - idx.size(1)
+        pad = torch.full((batch, start), pad_token, dtype=idx.dtype, device=idx.device)
+        idx = torch.cat([pad, idx], dim=1)
+    # one buffer for the whole text: the window and the write below keep their shapes
+    length = idx.size(1)
+    buf = torch.empty(batch, length + max_new_tokens, dtype=idx.dtype, device=idx.device)
+    buf[:, :length] = idx
+    for t in range(length, length + max_new_tokens):
+        idx_cond = buf[:, max(0, t - block_size) : t]
         logits, _ = model(idx_cond)
         logits = logits[:, -1, :] / max(temperature, 1e-8)
         if top_k is not None:
@@ -148,7 +163,6 @@ def generate(
             kth = torch.topk(logits, k).values[:, -1:]
             logits = logits.masked_fill(logits < kth, float("-inf"))
         probs = F.softmax(logits, dim=-1)
-        next_idx = torch.multinomial(probs, num_samples=1)
-        idx = torch.cat([idx, next_idx], dim=1)
+        buf[:, t : t + 1] = torch.multinomial(probs, num_samples=1)
     model.train(was_training)
-    return idx
+    return buf[:, start:]

@@ -197,7 +197,9 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.manual_seed(args.seed)
     prompt = torch.tensor([tok.encode(PROMPT)], dtype=torch.long, device=device)
-    out = generate(model, prompt, args.sample_tokens, temperature=0.8, top_k=20)
+    out = generate(
+        model, prompt, args.sample_tokens, temperature=0.8, top_k=20, pad_token=tok.encode(" ")[0]
+    )
     print("-" * 72)
     print(tok.decode(out[0].tolist()))
     print("-" * 72)
