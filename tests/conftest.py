@@ -23,8 +23,6 @@ _flags = os.environ.get("XLA_FLAGS", "")
 if _DEVICE_COUNT_FLAG not in _flags:
     os.environ["XLA_FLAGS"] = f"{_flags} {_DEVICE_COUNT_FLAG}=2".strip()
 
-import pytest  # noqa: E402
-
 
 def pytest_addoption(parser):
     parser.addoption(

@@ -10,8 +10,9 @@ from torch import nn
 class MLP(nn.Module):
     def __init__(self):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 32), nn.Tanh(),
-                                 nn.Linear(32, 4))
+        self.net = nn.Sequential(
+            nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 4)
+        )
 
     def forward(self, x):
         return self.net(x)

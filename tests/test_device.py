@@ -115,9 +115,7 @@ def test_autoload_without_import():
 
 
 def test_autoload_can_be_turned_off():
-    out = _run(
-        "import torch; torch.ones(2, device='pjrt')", TORCH_DEVICE_BACKEND_AUTOLOAD="0"
-    )
+    out = _run("import torch; torch.ones(2, device='pjrt')", TORCH_DEVICE_BACKEND_AUTOLOAD="0")
     assert out.returncode != 0
     assert "pjrt" in out.stderr
 

@@ -118,14 +118,12 @@ def tolerances(op, dtype) -> dict:
     if atol is None:
         return {}
     if rtol is None:  # a precision override alone: assert_close's default rtol
-        rtol = {torch.float16: 1e-3, torch.bfloat16: 1.6e-2, torch.float64: 1e-7}.get(
-            dtype, 1.3e-6
-        )
+        rtol = {torch.float16: 1e-3, torch.bfloat16: 1.6e-2, torch.float64: 1e-7}.get(dtype, 1.3e-6)
     return {"atol": atol, "rtol": rtol}
 
 
 def samples(op, dtype, limit=None) -> list:
-    """The op's CPU sample inputs for ``dtype`` (the first ``limit``), generated from a fixed seed."""
+    """The op's CPU sample inputs for ``dtype`` (the first ``limit``), from a fixed seed."""
     torch.manual_seed(SEED)
     random.seed(SEED)
     np.random.seed(SEED)
@@ -209,8 +207,7 @@ def compare(actual, expected, tol: dict, shape_only: bool = False, path: str = "
             raise AssertionError(f"{path}: expected a tensor, got {type(actual).__name__}")
         if actual.device.type != _expected_device(expected):
             raise AssertionError(
-                f"{path}: result on {actual.device}, expected a {_expected_device(expected)} "
-                "tensor"
+                f"{path}: result on {actual.device}, expected a {_expected_device(expected)} tensor"
             )
         if actual.dtype != expected.dtype:
             raise AssertionError(f"{path}: dtype {actual.dtype}, expected {expected.dtype}")
@@ -261,7 +258,8 @@ class SampleFailure(AssertionError):
         self.index = index
         self.cause = cause
         first = next((ln for ln in str(cause).splitlines() if ln.strip()), "")
-        super().__init__(f"sample {index} ({_sample_text(sample)}): {type(cause).__name__}: {first}")
+        text = _sample_text(sample)
+        super().__init__(f"sample {index} ({text}): {type(cause).__name__}: {first}")
 
 
 def _sample_text(sample) -> str:
@@ -397,7 +395,8 @@ def test_op(op, limit):
         # a short report: pytest's own traceback would print (and so compute) pjrt tensors
         pytest.fail(report, pytrace=False)
     if compared == 0:
-        pytest.skip(f"every one of the {total} samples raises on the CPU" if total else "no samples")
+        reason = f"every one of the {total} samples raises on the CPU" if total else "no samples"
+        pytest.skip(reason)
 
 
 def test_expectation_tables_name_real_ops():

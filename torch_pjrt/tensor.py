@@ -129,7 +129,7 @@ def _fake_address(nbytes: int) -> int:
     return address
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _dl_dtype(dtype: torch.dtype) -> tuple[int, int]:
     if dtype == torch.bfloat16:
         return 4, 16
@@ -150,8 +150,18 @@ def _handle(index: int, shape, strides, dtype: torch.dtype, nbytes: int) -> torc
         raise MemoryError("pjrt: out of host memory for a tensor handle")
     code, bits = _dl_dtype(dtype)
     header = _PACK_HEADER(
-        _fake_address(nbytes), 12, index, ndim, code, bits, 1,
-        block + _HEADER, block + _HEADER + 8 * ndim, 0, 0, _FREE,
+        _fake_address(nbytes),
+        12,
+        index,
+        ndim,
+        code,
+        bits,
+        1,
+        block + _HEADER,
+        block + _HEADER + 8 * ndim,
+        0,
+        0,
+        _FREE,
     )
     _memmove(block, header + struct.pack(f"<{2 * ndim}q", *shape, *strides), size)
     return _from_dlpack(_capsule_new(block, b"dltensor", None))

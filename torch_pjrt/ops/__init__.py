@@ -10,16 +10,18 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from torch_pjrt.config import settings
 from torch_pjrt.diagnostics import metrics
-from torch_pjrt.ops import decompositions, foreach, registry
-from torch_pjrt.ops import memory  # noqa: F401  (registers the primitives)
 from torch_pjrt.ops import (  # noqa: F401  (each module registers its lowerings)
     creation,
+    decompositions,
     elementwise,
+    foreach,
     indexing,
     linalg,
+    memory,  # noqa: F401  (registers the primitives)
     nn,
     random,
     reduction,
+    registry,
     shape,
 )
 
@@ -35,9 +37,12 @@ def _has_kernel(op, key: str) -> bool:
 
 
 def _impl(lib, op, fn) -> None:
-    lib.impl(op._schema.name.split("::")[1] + (
-        "." + op._overloadname if op._overloadname != "default" else ""
-    ), fn, "PrivateUse1")
+    lib.impl(
+        op._schema.name.split("::")[1]
+        + ("." + op._overloadname if op._overloadname != "default" else ""),
+        fn,
+        "PrivateUse1",
+    )
 
 
 def install() -> None:
@@ -126,8 +131,9 @@ def _cpu_fallback(op, *args, **kwargs):
         if isinstance(r, torch.Tensor):
             out.append(r.to(f"pjrt:{index}"))
         elif isinstance(r, (list, tuple)):
-            out.append(type(r)(x.to(f"pjrt:{index}") if isinstance(x, torch.Tensor) else x
-                               for x in r))
+            out.append(
+                type(r)(x.to(f"pjrt:{index}") if isinstance(x, torch.Tensor) else x for x in r)
+            )
         else:
             out.append(r)
     if not isinstance(result, tuple):

@@ -35,15 +35,24 @@ def _is_int(x) -> bool:
 def _name(dtype) -> str:
     from torch_pjrt.runtime.transfer import torch_dtype
 
-    names = {torch.bool: "Bool", torch.int64: "Long", torch.int32: "Int", torch.int16: "Short",
-             torch.int8: "Char", torch.uint8: "Byte", torch.float32: "Float",
-             torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16"}
+    names = {
+        torch.bool: "Bool",
+        torch.int64: "Long",
+        torch.int32: "Int",
+        torch.int16: "Short",
+        torch.int8: "Char",
+        torch.uint8: "Byte",
+        torch.float32: "Float",
+        torch.float64: "Double",
+        torch.float16: "Half",
+        torch.bfloat16: "BFloat16",
+    }
     t = torch_dtype(dtype)
     return names.get(t, str(t))
 
 
 def _unsupported(op: str, x) -> NotImplementedError:
-    return NotImplementedError(f'"{op}_cpu" not implemented for \'{_name(x.dtype)}\'')
+    return NotImplementedError(f"\"{op}_cpu\" not implemented for '{_name(x.dtype)}'")
 
 
 def _s(value, dtype):
@@ -406,9 +415,7 @@ for _packet, _fn in (
     (aten.bitwise_or, jnp.bitwise_or),
     (aten.bitwise_xor, jnp.bitwise_xor),
 ):
-    lowers(_packet.Tensor, _packet.Scalar, _packet.Scalar_Tensor)(
-        _bitwise(_packet.__name__, _fn)
-    )
+    lowers(_packet.Tensor, _packet.Scalar, _packet.Scalar_Tensor)(_bitwise(_packet.__name__, _fn))
 
 
 def _left_shift(a, b):
@@ -716,10 +723,12 @@ def nan_to_num(self, nan=None, posinf=None, neginf=None):
         return self
     info = jnp.finfo(self.dtype)
     out = jnp.where(jnp.isnan(self), jnp.asarray(0.0 if nan is None else nan, self.dtype), self)
-    out = jnp.where(self == jnp.inf, jnp.asarray(info.max if posinf is None else posinf,
-                                                 self.dtype), out)
-    return jnp.where(self == -jnp.inf, jnp.asarray(info.min if neginf is None else neginf,
-                                                   self.dtype), out)
+    out = jnp.where(
+        self == jnp.inf, jnp.asarray(info.max if posinf is None else posinf, self.dtype), out
+    )
+    return jnp.where(
+        self == -jnp.inf, jnp.asarray(info.min if neginf is None else neginf, self.dtype), out
+    )
 
 
 @lowers(aten.frexp.Tensor)

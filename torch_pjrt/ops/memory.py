@@ -63,9 +63,7 @@ def empty_strided_tensor(shape, strides, dtype, index) -> torch.Tensor:
 
 
 @implements(aten.empty.memory_format)
-def empty(
-    size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None
-):
+def empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
     dtype = dtype or torch.get_default_dtype()
     shape = tuple(size)
     if any(s < 0 for s in shape):

@@ -14,7 +14,7 @@ import dataclasses
 import keyword
 import logging
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import torch
@@ -127,9 +127,20 @@ def _kind(type_str: str) -> int:
 _SCALAR_TYPES = {
     **dict(
         enumerate(
-            [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
-             torch.float32, torch.float64, torch.complex32, torch.complex64, torch.complex128,
-             torch.bool]
+            [
+                torch.uint8,
+                torch.int8,
+                torch.int16,
+                torch.int32,
+                torch.int64,
+                torch.float16,
+                torch.float32,
+                torch.float64,
+                torch.complex32,
+                torch.complex64,
+                torch.complex128,
+                torch.bool,
+            ]
         )
     ),
     15: torch.bfloat16,

@@ -93,8 +93,10 @@ def init(platform: str | None = None) -> str:
     with _state.lock:
         wanted = _normalize(platform) if platform else None
         if _state.platform is not None:
-            if wanted is not None and wanted != _state.platform and (
-                _available(wanted) != _state.devices
+            if (
+                wanted is not None
+                and wanted != _state.platform
+                and (_available(wanted) != _state.devices)
             ):
                 raise PlatformError(
                     f"torch_pjrt is already running on platform '{_state.platform}'; the "
