@@ -278,6 +278,22 @@ def _reinterpret(a: jax.Array, dtype) -> jax.Array:
 
 def read(t: torch.Tensor) -> jax.Array:
     """The JAX array of a pjrt tensor's current value (its view of the storage)."""
+    if t.is_conj() or t.is_neg():
+        return _resolve_bits(t, _read(t))
+    return _read(t)
+
+
+def _resolve_bits(t: torch.Tensor, a: jax.Array) -> jax.Array:
+    """Apply PyTorch's lazy conjugate and negative bits (they are their own inverses)."""
+    with jax.enable_x64(True):
+        if t.is_conj():
+            a = jnp.conj(a)
+        if t.is_neg():
+            a = -a
+    return a
+
+
+def _read(t: torch.Tensor) -> jax.Array:
     cell = cell_of(t)
     shape = tuple(t.shape)
     if t.numel() == 0:
@@ -319,6 +335,8 @@ def _check_no_overlap(t: torch.Tensor) -> None:
 
 def write(t: torch.Tensor, value: jax.Array) -> None:
     """Store ``value`` (already of t's shape and dtype) into t's view of its storage."""
+    if t.is_conj() or t.is_neg():
+        value = _resolve_bits(t, value)
     cell = cell_of(t)
     shape = tuple(t.shape)
     if t.numel() == 0:

@@ -14,6 +14,7 @@ from torch_pjrt.ops import (  # noqa: F401  (each module registers its lowerings
     creation,
     decompositions,
     elementwise,
+    fft,
     foreach,
     indexing,
     linalg,

@@ -975,3 +975,14 @@ def log_sigmoid_backward(grad_output, self, buffer):
 
 
 del _packet, _fn
+
+
+@lowers(aten.complex.default)
+def complex(real, imag):
+    return lax.complex(*jnp.broadcast_arrays(real, imag))
+
+
+@lowers(aten.polar.default)
+def polar(abs, angle):
+    abs, angle = jnp.broadcast_arrays(abs, angle)
+    return lax.complex(abs * jnp.cos(angle), abs * jnp.sin(angle))

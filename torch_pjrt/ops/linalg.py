@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import torch
 
 from torch_pjrt.ops._promote import opmath as _acc_dtype
+from torch_pjrt.ops._promote import promote
 from torch_pjrt.ops.registry import lowers
 
 aten = torch.ops.aten
@@ -330,3 +331,10 @@ def lu_unpack(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True):
         L = jnp.tril(LU_data[..., :, :k], -1) + jnp.eye(m, k, dtype=LU_data.dtype)
         U = jnp.triu(LU_data[..., :k, :])
     return P, L, U
+
+
+@lowers(aten.linalg_cross.default)
+@promote(n=2)
+def linalg_cross(self, other, dim=-1):
+    self, other = jnp.broadcast_arrays(self, other)
+    return jnp.cross(self, other, axis=dim)

@@ -1199,3 +1199,9 @@ def upsample_trilinear3d_backward(
 ):
     scales = (scales_d, scales_h, scales_w)
     return _linear_backward(grad_output, output_size, input_size, align_corners, scales)
+
+
+@lowers(aten.glu.default)
+def glu(self, dim=-1):
+    a, b = jnp.split(self, 2, axis=_dim(dim, self.ndim))
+    return a * jax.nn.sigmoid(b)

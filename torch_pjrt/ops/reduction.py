@@ -504,3 +504,17 @@ def mode(self, dim=-1, keepdim=False):
     pos = jnp.argmax(iota - run_start, -1)
     val, idx = _pick(values, indices, pos)
     return _unlast(val, self, dim, keepdim), _unlast(idx, self, dim, keepdim)
+
+
+@lowers(aten.trace.default)
+def trace(self):
+    out = _int_to_long(self, None)
+    return jnp.trace(self.astype(_acc(out))).astype(out)
+
+
+@lowers(aten.equal.default)
+def equal(self, other):
+    """A Python bool, as on CPU: the kernel reads the result on the host."""
+    if self.shape != other.shape:
+        return jnp.asarray(False)
+    return jnp.all(self == other)
