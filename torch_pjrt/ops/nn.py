@@ -637,59 +637,38 @@ def avg_pool3d(
     )
 
 
-def _avg_pool_backward(grad_output, self, n, *args):
-    def forward(x):
-        return _avg_pool(x, n, *args)
+def _avg_pool_backward(n: int):
+    """avg_pool{n}d_backward: the gradient of the forward pooling (one function, n dims)."""
 
-    return _vjp(forward, (self,), grad_output, (True,))[0]
-
-
-@lowers(aten.avg_pool2d_backward.default)
-def avg_pool2d_backward(
-    grad_output,
-    self,
-    kernel_size,
-    stride,
-    padding,
-    ceil_mode,
-    count_include_pad,
-    divisor_override,
-):
-    return _avg_pool_backward(
+    def backward(
         grad_output,
         self,
-        2,
         kernel_size,
         stride,
         padding,
         ceil_mode,
         count_include_pad,
         divisor_override,
-    )
+    ):
+        def forward(x):
+            return _avg_pool(
+                x,
+                n,
+                kernel_size,
+                stride,
+                padding,
+                ceil_mode,
+                count_include_pad,
+                divisor_override,
+            )
+
+        return _vjp(forward, (self,), grad_output, (True,))[0]
+
+    return backward
 
 
-@lowers(aten.avg_pool3d_backward.default)
-def avg_pool3d_backward(
-    grad_output,
-    self,
-    kernel_size,
-    stride,
-    padding,
-    ceil_mode,
-    count_include_pad,
-    divisor_override,
-):
-    return _avg_pool_backward(
-        grad_output,
-        self,
-        3,
-        kernel_size,
-        stride,
-        padding,
-        ceil_mode,
-        count_include_pad,
-        divisor_override,
-    )
+lowers(aten.avg_pool2d_backward.default)(_avg_pool_backward(2))
+lowers(aten.avg_pool3d_backward.default)(_avg_pool_backward(3))
 
 
 def _adaptive_bounds(size, out):
