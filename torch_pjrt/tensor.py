@@ -302,8 +302,11 @@ def _read(t: torch.Tensor) -> jax.Array:
     a = cell.array
     if a is None:
         a = cell.materialize()
+    same_dtype = t.dtype == cell.dtype
+    if same_dtype and a.shape == shape and t.storage_offset() == 0 and t.is_contiguous():
+        return a  # the common case: the tensor is its whole storage
     with jax.enable_x64(True):
-        if t.dtype != cell.dtype:
+        if not same_dtype:
             a = _reinterpret(a, jax_dtype(t.dtype))
             if a.size * t.dtype.itemsize == cell.size * cell.dtype.itemsize:
                 # NOTE: the storage is read as another dtype (a loaded checkpoint's
