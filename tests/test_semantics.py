@@ -214,3 +214,14 @@ def test_dtype_view_reinterprets_bytes():
     x = torch.tensor([1.0, -2.0, 0.5])
     got = x.to("pjrt").view(torch.int32).cpu()
     torch.testing.assert_close(got, x.view(torch.int32), rtol=0, atol=0)
+
+
+def test_a_device_copy_does_not_alias_the_cpu_tensor():
+    # on JAX's CPU platform device_put shares the numpy buffer unless told otherwise
+    x = torch.zeros(4)
+    xp = x.to("pjrt")
+    x.add_(1)
+    assert xp.cpu().tolist() == [0.0] * 4
+    y = xp.cpu()
+    xp.add_(2)
+    assert y.tolist() == [0.0] * 4

@@ -211,7 +211,9 @@ def register() -> None:
             "pjrt", backend_module=DeviceModule, hook=_Hooks(), device_guard=_Guard()
         )
         from torch_pjrt import _serialization, ops
+        from torch_pjrt.compile.dynamo import skip_torch_pjrt
 
         ops.install()
         _serialization.register()
+        skip_torch_pjrt()
         _registered = True

@@ -1,4 +1,4 @@
-"""``torch.load(..., map_location="pjrt")``: storages restored onto pjrt devices.
+"""Storages: ``torch.load(..., map_location="pjrt")``, ``storage.pjrt()``, ``clone``.
 
 NOTE: PyTorch's own PrivateUse1 path makes ``torch.UntypedStorage(n, device="pjrt")``,
 which needs a C++ allocator that a pure-Python backend cannot register. This
@@ -61,6 +61,27 @@ def _storage_to_pjrt(self, device=None, non_blocking=False):
     return moved
 
 
+def _clone_storage(storage):
+    """A new pjrt storage with the same bytes (JAX arrays are immutable: it shares the
+    array until either storage is written)."""
+    from torch_pjrt.tensor import Cell, _handle, cell_of, _ATTR
+
+    src = cell_of(torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage))
+    nbytes = storage.nbytes()
+    t = _handle(src.index, (nbytes,), (1,), torch.uint8, nbytes)
+    setattr(t.untyped_storage(), _ATTR, Cell(src.size, src.dtype, src.index, src.array))
+    return t.untyped_storage()
+
+
+_storage_clone = torch.storage._StorageBase.clone
+
+
+def _clone(self):
+    if self.device.type == "pjrt":
+        return _clone_storage(self)
+    return _storage_clone(self)
+
+
 def _tag(obj):
     if obj.device.type == "pjrt":
         return f"pjrt:{obj.device.index or 0}"
@@ -71,3 +92,6 @@ def register() -> None:
     torch.serialization.register_package(19, _tag, _restore)
     torch.storage._StorageBase.pjrt = _storage_to_pjrt
     torch.storage.TypedStorage.pjrt = _storage_to_pjrt
+    # NOTE: PyTorch's clone makes UntypedStorage(n, device=...), which a Python backend
+    # cannot allocate (no C++ allocator); copy.deepcopy of a module on pjrt needs it
+    torch.storage._StorageBase.clone = _clone

@@ -27,11 +27,19 @@ class Config:
             default (``TORCH_PJRT_CPU_DEVICES``); read when the runtime starts.
         platform: the PJRT platform to use, or None for the best one found
             (``PJRT_DEVICE``, then ``TORCH_PJRT_PLATFORM``).
+        cache_dir: the persistent XLA compilation cache, shared by processes, or None
+            for none (``TORCH_PJRT_CACHE_DIR``; default ``$XDG_CACHE_HOME/torch_pjrt/xla``,
+            else ``~/.cache/torch_pjrt/xla``; ``TORCH_PJRT_CACHE=0`` turns it off). Read
+            when the runtime starts.
+        cache_min_seconds: programs that compile faster than this are not written to
+            the persistent cache (``TORCH_PJRT_CACHE_MIN_SECONDS``, default 0.2).
     """
 
     fallback: str = "cpu"
     cpu_devices: int | None = None
     platform: str | None = None
+    cache_dir: str | None = None
+    cache_min_seconds: float = 0.2
 
     @classmethod
     def from_env(cls) -> Config:
@@ -41,7 +49,19 @@ class Config:
             fallback=os.environ.get("TORCH_PJRT_FALLBACK", "cpu").strip().lower() or "cpu",
             cpu_devices=int(cpu_devices) if cpu_devices else None,
             platform=platform or None,
+            cache_dir=_cache_dir(),
+            cache_min_seconds=float(os.environ.get("TORCH_PJRT_CACHE_MIN_SECONDS", "0.2")),
         )
+
+
+def _cache_dir() -> str | None:
+    if not _env_bool("TORCH_PJRT_CACHE", True):
+        return None
+    explicit = os.environ.get("TORCH_PJRT_CACHE_DIR")
+    if explicit:
+        return explicit
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "torch_pjrt", "xla")
 
 
 settings = Config.from_env()

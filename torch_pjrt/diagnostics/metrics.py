@@ -14,12 +14,25 @@ from __future__ import annotations
 import collections
 import sys
 
-__all__ = ["as_dict", "count", "fallback", "host_sync", "report", "reset"]
+__all__ = [
+    "add_seconds",
+    "as_dict",
+    "compilation",
+    "count",
+    "fallback",
+    "host_sync",
+    "report",
+    "reset",
+    "tally",
+]
 
 _counters: collections.Counter = collections.Counter()
 _fallbacks: collections.Counter = collections.Counter()
 _ops: collections.Counter = collections.Counter()
 _syncs: collections.Counter = collections.Counter()
+_seconds: collections.Counter = collections.Counter()
+# named tables of reasons: graph recompilations by cause, eager graph nodes by op...
+_tables: collections.defaultdict = collections.defaultdict(collections.Counter)
 
 
 def count(name: str, n: int = 1) -> None:
@@ -45,6 +58,28 @@ def _user_line() -> str:
     return "<unknown>"
 
 
+def tally(table: str, key: str, n: int = 1) -> None:
+    """Count ``key`` in the named table (shown by :func:`report`)."""
+    _tables[table][key] += n
+
+
+def add_seconds(name: str, seconds: float) -> None:
+    _seconds[name] += seconds
+
+
+def compilation(scope: str, kind: str, seconds: float, cause: str) -> None:
+    """An XLA program was built: count it (in all and by kind), its time and its cause.
+
+    Example: ``compilation("graph", "forward", 1.2, "first call")`` counts
+    ``graph_compilations``, ``graph_forward_compilations``, ``graph_compile_seconds``
+    and the cause in the ``graph_compile_causes`` table.
+    """
+    _counters[f"{scope}_compilations"] += 1
+    _counters[f"{scope}_{kind}_compilations"] += 1
+    _seconds[f"{scope}_compile_seconds"] += seconds
+    _tables[f"{scope}_compile_causes"][cause] += 1
+
+
 def host_sync() -> None:
     _counters["host_syncs"] += 1
     _syncs[_user_line()] += 1
@@ -52,8 +87,9 @@ def host_sync() -> None:
 
 def reset() -> None:
     """Set every counter back to zero."""
-    for c in (_counters, _fallbacks, _ops, _syncs):
+    for c in (_counters, _fallbacks, _ops, _syncs, _seconds):
         c.clear()
+    _tables.clear()
 
 
 def as_dict() -> dict:
@@ -64,6 +100,8 @@ def as_dict() -> dict:
     out["ops"] = dict(_ops)
     out["fallbacks"] = dict(_fallbacks)
     out["host_syncs_by_line"] = dict(_syncs)
+    out.update({name: round(v, 6) for name, v in _seconds.items()})
+    out.update({name: dict(table) for name, table in _tables.items()})
     return out
 
 
@@ -76,6 +114,7 @@ def report() -> str:
     for title, table in (
         ("CPU fallbacks", d["fallbacks"]),
         ("host syncs by line", d["host_syncs_by_line"]),
+        *((name.replace("_", " "), dict(t)) for name, t in sorted(_tables.items())),
         ("ops", d["ops"]),
     ):
         if table:

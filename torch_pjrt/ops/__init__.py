@@ -16,6 +16,7 @@ from torch_pjrt.ops import (  # noqa: F401  (each module registers its lowerings
     elementwise,
     fft,
     foreach,
+    graph,
     indexing,
     linalg,
     memory,  # noqa: F401  (registers the primitives)

@@ -34,6 +34,7 @@ _PLAN = {
     "pow.Scalar": "pow.Tensor_Scalar",
     "pow.ScalarList": "pow.Tensor_Scalar",
     "pow.List": "pow.Tensor_Tensor",
+    "pow.ScalarAndTensor": "pow.Scalar",  # scalar ** each tensor (Adam's bias correction)
 }
 _UNARY = (
     "abs acos asin atan ceil cos cosh erf erfc exp expm1 floor frac lgamma log log10 log1p "
@@ -60,7 +61,7 @@ def _per_element(fn, names, base_names, listed):
     """A lowering over lists: element i gets element i of every listed argument."""
 
     def lowered(**kwargs):
-        length = len(kwargs[names[0]])
+        length = len(kwargs[next(n for n in names if n in listed)])
         outs = []
         for i in range(length):
             call = {}

@@ -28,7 +28,15 @@ from torch_pjrt.tensor import read, wrap, write
 log = logging.getLogger("torch_pjrt")
 aten = torch.ops.aten
 
-__all__ = ["LoweringMissing", "Lowering", "lowers", "lookup", "table"]
+__all__ = [
+    "LoweringMissing",
+    "Lowering",
+    "graph_lookup",
+    "lowers",
+    "lowers_in_graphs",
+    "lookup",
+    "table",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +48,10 @@ class Lowering:
 
 
 _TABLE: dict[OpOverload, Lowering] = {}
+# lowerings used only inside traced graphs (torch.compile): ops whose eager kernel
+# works on tensors (views, allocation, copies) but which are plain functions of
+# values once a graph is functional
+_GRAPH: dict[OpOverload, Lowering] = {}
 
 
 def _is_functional(op: OpOverload) -> bool:
@@ -87,8 +99,41 @@ def lowers(*ops, random: bool = False, static: tuple = (), writes: tuple = ()):
     return register
 
 
+def lowers_in_graphs(*ops, random: bool = False):
+    """Register a lowering used only in traced graphs (``torch.compile``).
+
+    For ops whose eager kernel must work on tensors (views alias their base, ``empty``
+    allocates) but which, in a functional graph, are plain functions of values.
+    """
+
+    def register(fn):
+        for packet_or_op in ops:
+            overloads = (
+                [packet_or_op]
+                if isinstance(packet_or_op, OpOverload)
+                else [
+                    o
+                    for o in (getattr(packet_or_op, n) for n in packet_or_op.overloads())
+                    if not o._schema.is_mutable and not any(a.is_out for a in o._schema.arguments)
+                ]
+            )
+            for op in overloads:
+                if op in _TABLE or op in _GRAPH:
+                    raise RuntimeError(f"{op} has two lowerings")
+                _GRAPH[op] = Lowering(fn, random)
+        return fn
+
+    return register
+
+
 def lookup(op: OpOverload) -> Lowering | None:
     return _TABLE.get(op)
+
+
+def graph_lookup(op: OpOverload) -> Lowering | None:
+    """The lowering of ``op`` inside a traced graph (eager lowerings included)."""
+    found = _TABLE.get(op)
+    return found if found is not None else _GRAPH.get(op)
 
 
 def table() -> dict[OpOverload, Lowering]:

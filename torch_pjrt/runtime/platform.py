@@ -6,6 +6,7 @@ import logging
 import threading
 
 from torch_pjrt.config import settings
+from torch_pjrt.diagnostics import metrics
 
 log = logging.getLogger("torch_pjrt")
 
@@ -66,6 +67,49 @@ def _apply_cpu_device_count() -> None:
         log.warning("TORCH_PJRT_CPU_DEVICES=%s ignored: %s", settings.cpu_devices, exc)
 
 
+_EVENTS = {
+    "/jax/compilation_cache/cache_hits": "xla_cache_hits",
+    "/jax/compilation_cache/cache_misses": "xla_cache_misses",
+}
+_DURATIONS = {
+    "/jax/compilation_cache/compile_time_saved_sec": "xla_cache_seconds_saved",
+    "/jax/core/compile/backend_compile_duration": "xla_compile_seconds",
+}
+
+
+def _on_event(event: str, **kwargs) -> None:
+    name = _EVENTS.get(event)
+    if name is not None:
+        metrics.count(name)
+
+
+def _on_duration(event: str, duration: float, **kwargs) -> None:
+    name = _DURATIONS.get(event)
+    if name is not None:
+        metrics.add_seconds(name, duration)
+
+
+def _listen() -> None:
+    """Count XLA compilations and persistent-cache hits in torch_pjrt.metrics."""
+    import jax.monitoring
+
+    jax.monitoring.register_event_listener(_on_event)
+    jax.monitoring.register_event_duration_secs_listener(_on_duration)
+
+
+def _apply_compilation_cache() -> None:
+    """Turn on JAX's persistent compilation cache (unless the user configured JAX's)."""
+    import jax
+
+    _listen()
+    if settings.cache_dir is None or jax.config.jax_compilation_cache_dir:
+        return
+    jax.config.update("jax_compilation_cache_dir", settings.cache_dir)
+    jax.config.update(
+        "jax_persistent_cache_min_compile_time_secs", float(settings.cache_min_seconds)
+    )
+
+
 def _available(platform: str) -> list:
     import jax
 
@@ -107,6 +151,7 @@ def init(platform: str | None = None) -> str:
         if wanted is None and settings.platform:
             wanted = _normalize(settings.platform)
         _apply_cpu_device_count()
+        _apply_compilation_cache()
         if wanted is not None:
             found = _available(wanted)
             if not found:

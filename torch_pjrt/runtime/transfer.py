@@ -80,6 +80,12 @@ def from_host(t: torch.Tensor, device) -> jax.Array:
     a = to_numpy(t)
     metrics.count("transfers_to_device")
     metrics.count("bytes_to_device", a.nbytes)
+    if device.platform == "cpu":
+        # NOTE: on the CPU platform device_put aliases the numpy buffer, which is the
+        # CPU tensor's memory (even with may_alias=False): a later in-place op on the
+        # CPU tensor would change the device copy, and a donated buffer would be
+        # written into the CPU tensor. Copy it: the device array must own its bytes.
+        a = a.copy()
     with jax.enable_x64(True):
         return jax.device_put(a, device)
 

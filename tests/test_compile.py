@@ -1,0 +1,343 @@
+"""torch.compile(backend="pjrt"): compiled graphs against eager pjrt (and CPU)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch._dynamo
+import torch.nn.functional as F
+from torch import nn
+
+import torch_pjrt
+from tests.models import MODELS
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    torch_pjrt.metrics.reset()
+    # NOTE: Dynamo leaves nn.LSTM to eager unless asked (PyTorch's default)
+    with torch._dynamo.config.patch(allow_rnn=True):
+        yield
+    torch._dynamo.reset()
+
+
+def _close(actual, expected, rtol=1e-5, atol=1e-6, msg=None):
+    torch.testing.assert_close(actual.cpu(), expected.cpu(), rtol=rtol, atol=atol, msg=msg)
+
+
+def _batch(model_cls, device="pjrt", seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return tuple(t.to(device) for t in model_cls.batch(g))
+
+
+# --- the backend ---------------------------------------------------------------------
+
+
+def test_backend_is_registered_by_entry_point():
+    assert "pjrt" in torch._dynamo.list_backends()
+    fn = torch.compile(lambda x: torch.sin(x) * 2, backend="pjrt")
+    x = torch.randn(5)
+    _close(fn(x.to("pjrt")), torch.sin(x) * 2)
+    assert torch_pjrt.metrics.as_dict()["graph_compilations"] == 1
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_forward_and_gradients_match_eager(name):
+    torch.manual_seed(0)
+    eager = MODELS[name]().to("pjrt")
+    compiled_model = copy.deepcopy(eager)
+    compiled = torch.compile(compiled_model, backend="pjrt")
+    x, y = _batch(MODELS[name])
+    out_e, out_c = eager(x), compiled(x)
+    _close(out_c, out_e)
+    F.cross_entropy(out_e.flatten(0, -2), y.flatten()).backward()
+    F.cross_entropy(out_c.flatten(0, -2), y.flatten()).backward()
+    for (n, a), b in zip(eager.named_parameters(), compiled_model.parameters()):
+        _close(b.grad, a.grad, msg=n)
+    d = torch_pjrt.metrics.as_dict()
+    assert d["graph_forward_compilations"] == 1 and d["graph_backward_compilations"] == 1
+
+
+OPTIMIZERS = {
+    "sgd": lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9),
+    "adam": lambda p: torch.optim.Adam(p, lr=1e-3, capturable=True),
+    "adamw": lambda p: torch.optim.AdamW(p, lr=1e-3, weight_decay=0.01, capturable=True),
+}
+
+
+def _train(model, opt_name, compiled, steps=4):
+    opt = OPTIMIZERS[opt_name](model.parameters())
+
+    def step(batch):
+        opt.zero_grad()
+        loss = model.loss(batch)
+        loss.backward()
+        opt.step()
+        return loss
+
+    if compiled:
+        step = torch.compile(step, backend="pjrt")
+    batches = [_batch(type(model), seed=s) for s in range(2)]
+    return [step(batches[i % 2]).item() for i in range(steps)], model
+
+
+@pytest.mark.parametrize(
+    "name, opt_name",
+    [("mlp", "sgd"), ("mlp", "adam"), ("transformer", "adamw"), ("cnn", "sgd"), ("lstm", "adam")],
+)
+def test_training_step_matches_eager(name, opt_name):
+    torch.manual_seed(0)
+    base = MODELS[name]()
+    eager_losses, eager = _train(copy.deepcopy(base).to("pjrt"), opt_name, compiled=False)
+    losses, model = _train(copy.deepcopy(base).to("pjrt"), opt_name, compiled=True)
+    torch.testing.assert_close(torch.tensor(losses), torch.tensor(eager_losses), rtol=1e-5, atol=0)
+    for (n, a), b in zip(eager.state_dict().items(), model.state_dict().values()):
+        # NOTE: Adam moves a parameter whose true gradient is zero (attention's key
+        # bias, a bias before a BatchNorm) by +-lr on rounding noise: weights are
+        # compared for SGD, through the losses for Adam
+        if opt_name == "sgd":
+            _close(b, a, rtol=1e-4, atol=1e-5, msg=n)
+
+
+def test_training_step_stays_on_device_and_donates():
+    torch.manual_seed(0)
+    model = MODELS["transformer"]().to("pjrt")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, capturable=True)
+    batch = _batch(MODELS["transformer"])
+
+    @torch.compile(backend="pjrt")
+    def step(batch):
+        loss = model.loss(batch)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    for _ in range(3):
+        step(batch)
+    storages = [p.untyped_storage().data_ptr() for p in model.parameters()]
+    torch_pjrt.metrics.reset()
+    for _ in range(3):
+        loss = step(batch)
+    d = torch_pjrt.metrics.as_dict()
+    assert storages == [p.untyped_storage().data_ptr() for p in model.parameters()]
+    assert d["transfers_to_device"] == 0 and d["transfers_to_host"] == 0
+    assert d.get("graph_compilations", 0) == 0  # warm: nothing compiles again
+    assert d["graph_executions"] == 9  # forward, backward, optimizer: 3 programs a step
+    # parameters and both Adam moments are updated in place by donating their buffers
+    n_params = len(list(model.parameters()))
+    assert d["graph_donated_buffers"] >= 3 * 3 * n_params
+    assert set(d["ops"]) <= {"aten.fill.Scalar"}  # only backward()'s seed gradient is eager
+    assert torch.isfinite(loss).item()
+
+
+# --- mutations, graph breaks, eager parts ----------------------------------------------
+
+
+def test_batchnorm_running_stats_are_written_back():
+    torch.manual_seed(0)
+    bn = nn.BatchNorm1d(6)
+    x = torch.randn(8, 6)
+    compiled_bn = torch.compile(copy.deepcopy(bn).to("pjrt"), backend="pjrt")
+    for _ in range(3):
+        bn(x)
+        compiled_bn(x.to("pjrt"))
+    _close(compiled_bn.running_mean, bn.running_mean)
+    _close(compiled_bn.running_var, bn.running_var)
+    assert compiled_bn.num_batches_tracked.item() == 3
+    bn.eval()
+    compiled_bn.eval()
+    _close(compiled_bn(x.to("pjrt")), bn(x))
+
+
+def test_inplace_update_of_an_input_and_of_a_view():
+    def f(x, y):
+        x.add_(1)
+        y[1:3].mul_(2)
+        return x.sum() + y.sum()
+
+    x, y = torch.randn(4), torch.randn(5)
+    xp, yp = x.to("pjrt"), y.to("pjrt")
+    expected = f(x, y)
+    _close(torch.compile(f, backend="pjrt")(xp, yp), expected)
+    _close(xp, x)
+    _close(yp, y)
+
+
+def test_graph_breaks_give_several_graphs():
+    def f(x):
+        y = torch.relu(x) * 2
+        if y.sum() > 0:  # data-dependent branch: a graph break
+            y = y + 1
+        print("", end="")  # another break
+        return y.cos()
+
+    x = torch.randn(6)
+    _close(torch.compile(f, backend="pjrt")(x.to("pjrt")), f(x))
+    d = torch_pjrt.metrics.as_dict()
+    assert d["dynamo_graphs"] >= 2 and d["graph_inference_compilations"] >= 2
+
+
+@torch.library.custom_op("pjrt_test::scale_rows", mutates_args=())
+def _scale_rows(x: torch.Tensor) -> torch.Tensor:
+    # no pjrt lowering: a compiled graph must run this node eagerly
+    return x * torch.arange(1, x.shape[0] + 1, device=x.device, dtype=x.dtype)[:, None]
+
+
+@_scale_rows.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+def test_nodes_without_lowering_run_eagerly_between_programs():
+    def f(x):
+        return torch.ops.pjrt_test.scale_rows(torch.sin(x) + 1).exp()
+
+    x = torch.randn(3, 4)
+    _close(torch.compile(f, backend="pjrt")(x.to("pjrt")), f(x))
+    d = torch_pjrt.metrics.as_dict()
+    assert d["graph_eager_ops"] == {"pjrt_test.scale_rows.default": 1}
+    assert d["graph_part_compilations"] == 2  # before and after the eager node
+
+
+def test_dropout_in_compiled_graph_is_random_and_seeded():
+    drop = torch.compile(lambda x: F.dropout(x, 0.5, training=True), backend="pjrt")
+    x = torch.ones(1000, device="pjrt")
+    torch.manual_seed(3)
+    a, b = drop(x), drop(x)
+    torch.manual_seed(3)
+    c = drop(x)
+    assert not torch.equal(a.cpu(), b.cpu())
+    assert torch.equal(a.cpu(), c.cpu())
+    kept = (a.cpu() != 0).float().mean().item()
+    assert 0.4 < kept < 0.6 and set(a.cpu().unique().tolist()) <= {0.0, 2.0}
+
+
+# --- recompilation, the persistent cache, inspection ---------------------------------
+
+
+def test_recompilations_are_counted_with_their_reason():
+    f = torch.compile(lambda x: x * 2, backend="pjrt", dynamic=False)
+    for n in (3, 3, 4, 4):
+        f(torch.ones(n, device="pjrt"))
+    d = torch_pjrt.metrics.as_dict()
+    assert d["dynamo_recompilations"] == 1
+    (reason,) = d["dynamo_recompile_reasons"]
+    assert "size" in reason and "3" in reason
+    assert d["graph_compilations"] == 2
+
+
+def test_program_recompiles_on_new_shapes_with_the_cause():
+    from torch_pjrt.compile.program import GraphProgram
+
+    gm = torch.fx.symbolic_trace(lambda x: x + 1)
+    for node in gm.graph.nodes:
+        if node.op == "call_function":
+            node.target = torch.ops.aten.add.Tensor
+    gm.recompile()
+    program = GraphProgram(gm)
+    program(torch.ones(2, device="pjrt"))
+    program(torch.ones(2, device="pjrt"))
+    (out,) = program(torch.ones(3, device="pjrt"))
+    _close(out, torch.full((3,), 2.0))
+    causes = torch_pjrt.metrics.as_dict()["graph_compile_causes"]
+    assert sum(causes.values()) == 2
+    assert any("input 0 changed from (2,)" in c and "(3,)" in c for c in causes)
+
+
+_CACHE_SCRIPT = """
+import json, torch, torch_pjrt
+from tests.models import TinyTransformer
+torch.manual_seed(0)
+m = TinyTransformer().to("pjrt")
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+g = torch.Generator().manual_seed(0)
+batch = tuple(t.to("pjrt") for t in TinyTransformer.batch(g))
+@torch.compile(backend="pjrt")
+def step(batch):
+    loss = m.loss(batch); loss.backward(); opt.step(); opt.zero_grad(); return loss
+loss = step(batch).item()
+print(json.dumps({"loss": loss, **{k: v for k, v in torch_pjrt.metrics.as_dict().items()
+                                   if k.startswith(("xla_", "graph_"))}}))
+"""
+
+
+def test_persistent_cache_lets_a_second_process_skip_xla_compilation(tmp_path):
+    env = {**os.environ, "TORCH_PJRT_CACHE": "1", "TORCH_PJRT_CACHE_DIR": str(tmp_path)}
+    env["TORCH_PJRT_CACHE_MIN_SECONDS"] = "0"
+    env["PYTHONPATH"] = str(ROOT)
+    runs = []
+    for _ in range(2):
+        out = subprocess.run(
+            [sys.executable, "-c", _CACHE_SCRIPT], env=env, cwd=ROOT, capture_output=True,
+            text=True, timeout=600,
+        )
+        assert out.returncode == 0, out.stderr[-3000:]
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    first, second = runs
+    assert first["loss"] == second["loss"]
+    programs = first["graph_compilations"]
+    assert programs == 3  # forward, backward, optimizer step
+    assert first.get("xla_cache_hits", 0) == 0
+    assert second["xla_cache_hits"] >= programs
+    assert any(tmp_path.iterdir())
+
+
+def test_cache_is_off_with_the_env_var():
+    from torch_pjrt.config import Config
+
+    os.environ["TORCH_PJRT_CACHE"] = "0"
+    try:
+        assert Config.from_env().cache_dir is None
+    finally:
+        del os.environ["TORCH_PJRT_CACHE"]
+    os.environ["TORCH_PJRT_CACHE_DIR"] = "/some/where"
+    try:
+        assert Config.from_env().cache_dir == "/some/where"
+    finally:
+        del os.environ["TORCH_PJRT_CACHE_DIR"]
+
+
+def test_dump_shows_a_training_step_is_one_forward_and_one_backward_program(tmp_path):
+    torch.manual_seed(0)
+    model = MODELS["mlp"]().to("pjrt")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    batch = _batch(MODELS["mlp"])
+
+    @torch.compile(backend="pjrt")
+    def step(batch):
+        loss = model.loss(batch)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    torch_pjrt.compile.dump_graphs(tmp_path)
+    try:
+        step(batch)
+    finally:
+        torch_pjrt.compile.dump_graphs(None)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    kinds = [n.split("_")[2].split(".")[0] for n in names if n.endswith(".stablehlo.mlir")]
+    assert sorted(kinds) == ["backward", "forward", "inference"], names
+    forward = next(p for p in tmp_path.iterdir() if p.name.endswith("forward.stablehlo.mlir"))
+    text = forward.read_text()
+    assert "stablehlo.dot_general" in text and "func.func public @main" in text
+    fx = next(p for p in tmp_path.iterdir() if p.name.endswith("forward.fx.txt")).read_text()
+    assert "aten.addmm" in fx or "aten.mm" in fx
+
+
+def test_devices_must_agree():
+    f = torch.compile(lambda x, y: x + y, backend="pjrt")
+    with pytest.raises(RuntimeError, match="same device"):
+        f(torch.ones(2, device="pjrt:0"), torch.ones(2, device="pjrt:1"))

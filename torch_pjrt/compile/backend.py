@@ -1,0 +1,158 @@
+"""The Dynamo backend: AOT autograd, then one GraphProgram per graph (or per part)."""
+
+from __future__ import annotations
+
+import functools
+import os
+import pathlib
+
+import torch
+import torch.fx
+from torch._ops import OpOverload
+
+from torch_pjrt.compile.program import GraphProgram, node_supported
+from torch_pjrt.diagnostics import metrics
+from torch_pjrt.ops.registry import graph_lookup
+
+__all__ = ["backend", "dump_graphs"]
+
+_dump_dir: list = [os.environ.get("TORCH_PJRT_DUMP_GRAPHS") or None]
+
+
+def dump_graphs(path: str | os.PathLike | None) -> None:
+    """Write every graph compiled from now on to ``path`` (None stops).
+
+    Each program gives ``<name>.fx.txt`` (the FX graph of ATen ops it was lowered
+    from) and ``<name>.stablehlo.mlir`` (the StableHLO handed to XLA), where name is
+    ``graph_<n>_<kind>`` and kind is forward, backward, inference or part (a piece
+    of a graph with eager nodes). The ``TORCH_PJRT_DUMP_GRAPHS`` variable sets the
+    directory at start-up.
+    """
+    _dump_dir[0] = None if path is None else os.fspath(path)
+
+
+class _Dumper:
+    @property
+    def active(self) -> bool:
+        return _dump_dir[0] is not None
+
+    def write(self, program: GraphProgram, lowered) -> None:
+        out = pathlib.Path(_dump_dir[0])
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"{program.name}.fx.txt").write_text(
+            program.gm.print_readable(
+                print_output=False, include_stride=True, include_device=True
+            )
+        )
+        (out / f"{program.name}.stablehlo.mlir").write_text(lowered.as_text())
+
+
+_DUMPER = _Dumper()
+
+
+@functools.cache
+def _decompositions() -> dict:
+    """PyTorch's decompositions for the ops that have no lowering of their own."""
+    from torch._decomp import decomposition_table
+
+    return {
+        op: fn
+        for op, fn in decomposition_table.items()
+        if isinstance(op, OpOverload)
+        and graph_lookup(op) is None
+        and not fn.__module__.startswith("torch._refs")  # they end in prims
+    }
+
+
+class _Part(torch.nn.Module):
+    """A partition of a graph, compiled; called by the eager rest of the graph."""
+
+    def __init__(self, program: GraphProgram):
+        super().__init__()
+        self.program = program
+
+    def forward(self, *args):
+        out = self.program(*args)
+        return tuple(out) if self.program.output_is_seq else out[0]
+
+
+def _boxed(fn):
+    def call(args):
+        values = list(args)
+        args.clear()  # let AOT autograd free inputs it no longer needs
+        return fn(*values)
+
+    call._boxed_call = True
+    return call
+
+
+def _compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str):
+    calls = [n for n in gm.graph.nodes if n.op == "call_function"]
+    unsupported = [n for n in calls if not node_supported(n)]
+    if not unsupported:
+        program = GraphProgram(gm, kind)
+        program.dumper = _DUMPER
+        return _boxed(lambda *args: _unpack(program, args))
+    for n in unsupported:
+        metrics.tally("graph_eager_ops", str(n.target))
+    from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+    from torch.fx.passes.operator_support import OperatorSupport
+
+    class _Support(OperatorSupport):
+        def is_node_supported(self, submodules, node):
+            return node.op == "call_function" and node_supported(node)
+
+    partitioner = CapabilityBasedPartitioner(
+        gm, _Support(), allows_single_node_partition=True
+    )
+    fused = partitioner.fuse_partitions(partitioner.propose_partitions())
+    for node in fused.graph.nodes:
+        if node.op == "call_module":
+            sub = getattr(fused, node.target)
+            program = GraphProgram(sub, "part")
+            program.dumper = _DUMPER
+            setattr(fused, node.target, _Part(program))
+    fused.recompile()
+    return _boxed(fused.forward)
+
+
+def _unpack(program: GraphProgram, args):
+    out = program(*args)
+    return out if program.output_is_seq else out[0]
+
+
+def _record_dynamo_compile() -> None:
+    """Count Dynamo's graph compilations and, for recompilations, their reason."""
+    from torch._dynamo.utils import get_metrics_context
+    from torch._guards import CompileContext
+
+    compile_id = CompileContext.current_compile_id()
+    metrics.count("dynamo_graphs")
+    if compile_id is not None and compile_id.frame_compile_id:
+        reason = get_metrics_context()._metrics.get("recompile_reason") or "unknown"
+        metrics.count("dynamo_recompilations")
+        metrics.tally("dynamo_recompile_reasons", str(reason))
+
+
+def backend(gm: torch.fx.GraphModule, example_inputs, **options):
+    """The ``pjrt`` backend of ``torch.compile``: forward and backward graphs, each
+    lowered by the op registry into one XLA program.
+
+    Example:
+        >>> model = torch.compile(model.to("pjrt"), backend="pjrt")
+    """
+    from torch._dynamo.backends.common import aot_autograd
+
+    from torch_pjrt.compile.dynamo import skip_torch_pjrt
+
+    skip_torch_pjrt()
+    if options:
+        raise TypeError(f"the pjrt backend takes no options, got {sorted(options)}")
+    _record_dynamo_compile()
+    return aot_autograd(
+        fw_compiler=functools.partial(_compile_graph, kind="forward"),
+        bw_compiler=functools.partial(_compile_graph, kind="backward"),
+        inference_compiler=functools.partial(_compile_graph, kind="inference"),
+        decompositions=_decompositions(),
+        keep_inference_input_mutations=True,
+    )(gm, example_inputs)
