@@ -81,7 +81,6 @@ XFAIL: dict[str, str] = {
     'histogramdd': 'no lowering: aten._histogramdd_bin_edges.default',
     'histc': 'no lowering: aten.histc.default',
     'bincount': 'no lowering: aten.bincount.default',
-    'renorm': 'no lowering: aten.renorm.out',
     'to_sparse': 'no lowering: aten._to_sparse.default',
     'nn.functional.embedding_bag': 'no lowering: aten._embedding_bag_forward_only.default',
     'nn.functional.multi_head_attention_forward': 'AssertionError: output[0]: Tensor-likes are not close!',

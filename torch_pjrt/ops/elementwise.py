@@ -678,6 +678,20 @@ def angle(self):
     return jnp.where(self < 0, jnp.pi, jnp.where(jnp.isnan(self), self, 0)).astype(self.dtype)
 
 
+def _angle_scale(name, factor):
+    def lowered(self):
+        if jnp.issubdtype(self.dtype, jnp.complexfloating):
+            raise RuntimeError(f"{name} is not supported for complex tensors.")
+        return self * factor
+
+    lowered.__name__ = name
+    return promote(KIND.INT_TO_FLOAT)(lowered)
+
+
+lowers(aten.rad2deg.default)(_angle_scale("rad2deg", 180 / math.pi))
+lowers(aten.deg2rad.default)(_angle_scale("deg2rad", math.pi / 180))
+
+
 @lowers(aten.conj_physical.default)
 def conj_physical(self):
     return jnp.conj(self)
@@ -862,6 +876,15 @@ def elu_backward(grad_output, alpha, scale, input_scale, is_result, self_or_resu
     else:
         negative = grad_output * negiptcoef * negcoef * jnp.exp(x * negiptcoef)
     return jnp.where(x <= 0, negative, grad_output * poscoef)
+
+
+@lowers(aten.celu.default)
+@promote(n=1)
+def celu(self, alpha=1):
+    # ATen: elu(self, alpha, scale=1, input_scale=1/alpha), 1/alpha taken in double
+    t = self.dtype
+    negative = jnp.expm1(self * _s(1 / alpha, t)) * _s(alpha, t)
+    return jnp.where(self <= 0, negative, self)
 
 
 @lowers(aten.leaky_relu.default)

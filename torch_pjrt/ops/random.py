@@ -55,6 +55,16 @@ def normal(mean, std=1.0, generator=None, *, key):
     return (mean + std * _normal(key, shape, dtype)).astype(dtype)
 
 
+@lowers(aten.normal.float_float, random=True)
+def normal_float_float(
+    mean, std, size, generator=None, dtype=None, layout=None, device=None, pin_memory=None, *, key
+):
+    from torch_pjrt.runtime.transfer import jax_dtype
+
+    dtype = jax_dtype(torch.get_default_dtype() if dtype is None else dtype)
+    return (mean + std * _normal(key, tuple(size), dtype)).astype(dtype)
+
+
 @lowers(aten.bernoulli.default, aten.bernoulli.p, aten.bernoulli.Tensor, random=True)
 def bernoulli(self, p=None, generator=None, *, key):
     p = self if p is None else p

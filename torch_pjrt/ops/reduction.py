@@ -322,6 +322,17 @@ def norm(self, p=2, dim=None, keepdim=False, dtype=None):
     return linalg_vector_norm(self=self, ord=p, dim=dim, keepdim=keepdim, dtype=dtype)
 
 
+@lowers(aten.renorm.default, static=("p",))
+def renorm(self, p, dim, maxnorm):
+    if self.ndim < 2 or p <= 0 or not _is_float(self):
+        raise RuntimeError("renorm: invalid arguments")  # PyTorch's message comes from Meta
+    dim = _wrap(dim, self.ndim)
+    axes = tuple(a for a in range(self.ndim) if a != dim)
+    norm = _vector_norm(self.astype(_acc(self.dtype)), p, axes, keepdim=True)
+    factor = jnp.where(norm > maxnorm, maxnorm / (norm + 1e-7), 1)
+    return self * factor.astype(self.dtype)
+
+
 # --- scans --------------------------------------------------------------------------
 
 

@@ -309,7 +309,7 @@ class Kernel:
             return fn(**kwargs)
 
         program = jax.jit(run)
-        self.cache[statics] = program
+        self.cache[(statics, torch.get_default_dtype())] = program
         return program
 
     def compute(self, args, kwargs):
@@ -329,7 +329,8 @@ class Kernel:
                 has_tensors = has_tensors or isinstance(v, torch.Tensor)
         scalars = [vals[i] for i in sig.scalars]
         statics = tuple(_static(vals[i]) for i in sig.statics)
-        program = self.cache.get(statics)
+        # NOTE: lowerings may read the default dtype (factories, dtype=None): part of the key
+        program = self.cache.get((statics, torch.get_default_dtype()))
         if program is None:
             program = self._program(statics)
         rng = pjrt_random.next_key_parts(index) if self.lowering.random else None

@@ -28,6 +28,73 @@ def cat(tensors, dim=0):
     return jnp.concatenate([t.astype(dtype) for t in kept], axis=dim)
 
 
+@lowers(aten.stack.default)
+def stack(tensors, dim=0):
+    dtype = result_type(*tensors)[1]
+    dim = _wrap_dim(dim, tensors[0].ndim + 1)
+    return jnp.stack([t.astype(dtype) for t in tensors], axis=dim)
+
+
+@lowers(aten.block_diag.default)
+def block_diag(tensors):
+    dtype = result_type(*tensors)[1] if tensors else jnp.float32
+    # 0-d tensors are 1x1 blocks, 1-d tensors (even empty ones) are one row
+    blocks = [t.reshape((1,) * (2 - t.ndim) + t.shape).astype(dtype) for t in tensors]
+    cols = sum(b.shape[1] for b in blocks)
+    rows, left = [], 0
+    for b in blocks:
+        rows.append(jnp.pad(b, ((0, 0), (left, cols - left - b.shape[1]))))
+        left += b.shape[1]
+    return jnp.concatenate(rows, axis=0) if rows else jnp.zeros((0, 0), dtype)
+
+
+@lowers(aten.repeat.default)
+def repeat(self, repeats):
+    if len(repeats) < self.ndim:
+        raise RuntimeError("repeat: fewer repeats than dims")  # PyTorch's message from Meta
+    x = self.reshape((1,) * (len(repeats) - self.ndim) + self.shape)
+    return jnp.tile(x, tuple(repeats))
+
+
+@lowers(aten.constant_pad_nd.default)
+def constant_pad_nd(self, pad, value=0):
+    # pad runs from the last dim backwards; negative amounts crop
+    if len(pad) % 2 or len(pad) > 2 * self.ndim:
+        raise RuntimeError(f"invalid padding {list(pad)} for a {self.ndim}-d tensor")
+    config = [(0, 0, 0)] * self.ndim
+    for i in range(len(pad) // 2):
+        dim, lo, hi = self.ndim - 1 - i, pad[2 * i], pad[2 * i + 1]
+        if self.shape[dim] + min(lo, 0) + min(hi, 0) < 0:  # ATen crops before it pads
+            raise RuntimeError(f"padding {lo}, {hi} crops more than dim {dim} holds")
+        config[dim] = (lo, hi, 0)
+    return jax.lax.pad(self, jnp.asarray(value).astype(self.dtype), config)
+
+
+@lowers(aten.rot90.default)
+def rot90(self, k=1, dims=(0, 1)):
+    return jnp.rot90(self, k, axes=tuple(_wrap_dim(d, self.ndim) for d in dims))
+
+
+@lowers(aten.pixel_shuffle.default)
+def pixel_shuffle(self, upscale_factor):
+    r = upscale_factor
+    *batch, c, h, w = self.shape
+    n = len(batch)
+    x = self.reshape((*batch, c // (r * r), r, r, h, w))
+    x = x.transpose((*range(n), n, n + 3, n + 1, n + 4, n + 2))
+    return x.reshape((*batch, c // (r * r), h * r, w * r))
+
+
+@lowers(aten.pixel_unshuffle.default)
+def pixel_unshuffle(self, downscale_factor):
+    r = downscale_factor
+    *batch, c, h, w = self.shape
+    n = len(batch)
+    x = self.reshape((*batch, c, h // r, r, w // r, r))
+    x = x.transpose((*range(n), n, n + 2, n + 4, n + 1, n + 3))
+    return x.reshape((*batch, c * r * r, h // r, w // r))
+
+
 @lowers(aten.flip.default)
 def flip(self, dims):
     if self.ndim == 0 or not dims:
@@ -101,6 +168,20 @@ def diagonal_scatter(self, src, offset=0, dim1=0, dim2=1):
     r, c = _diagonal_positions(x.shape[-2], x.shape[-1], offset)
     x = x.at[..., r, c].set(src.astype(self.dtype))
     return jnp.moveaxis(x, (-2, -1), (dim1, dim2))
+
+
+@lowers(aten.as_strided_scatter.default)
+def as_strided_scatter(self, src, size, stride, storage_offset=None):
+    if tuple(src.shape) != tuple(size):
+        raise RuntimeError(f"expected src of shape {list(size)}, got {list(src.shape)}")
+    # self is dense: its row-major elements are the storage the strided view reads
+    index = np.full((), 0 if storage_offset is None else storage_offset, np.int64)
+    for n, s in zip(size, stride):
+        index = index[..., None] + np.arange(n) * s
+    if index.size and (index.min() < 0 or index.max() >= self.size):
+        raise RuntimeError("as_strided_scatter: the view lies outside self's elements")
+    flat = self.reshape(-1).at[index.reshape(-1)].set(src.reshape(-1).astype(self.dtype))
+    return flat.reshape(self.shape)
 
 
 @lowers(aten.diag_embed.default)
