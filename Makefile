@@ -1,5 +1,5 @@
 # torch_pjrt developer entry points.
-#   make demo      train the small GPT example on the pjrt device
+#   make demo      train the small GPT example on the pjrt device (torch.compile)
 #   make test      fast test suite (pytest-xdist, $(JOBS) workers)
 #   make test-all  exhaustive run, slow tests included
 #   make lint      ruff, if installed
@@ -29,7 +29,7 @@ $(STAMP): requirements-lock.txt pyproject.toml
 	@touch $@
 
 demo: $(STAMP)
-	$(VPY) examples/gpt/train.py
+	$(VPY) examples/gpt/train.py --compile
 
 test: $(STAMP)
 	$(VPY) -m pytest -x -q -n $(JOBS) -m "not slow" $(PYTEST_ARGS) tests

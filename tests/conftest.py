@@ -8,6 +8,7 @@ process runs on JAX's CPU platform with two devices:
 - ``XLA_FLAGS`` gets ``--xla_force_host_platform_device_count=2`` appended.
 - ``TORCH_PJRT_CACHE=0``: no persistent compilation cache, so compile counts and times
   do not depend on earlier runs (the cache's own test turns it on in a temporary dir).
+- ``HF_HUB_OFFLINE=1``: Hugging Face models are built from small configs, never fetched.
 
 Slow tests carry the ``slow`` marker and are left out of a plain run (``make test``).
 They run with ``--exhaustive``, with ``TORCH_PJRT_EXHAUSTIVE=1``, or when ``-m`` names
@@ -22,6 +23,7 @@ _DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 
 os.environ["JAX_PLATFORMS"] = "cpu"
 os.environ.setdefault("TORCH_PJRT_CACHE", "0")
+os.environ["HF_HUB_OFFLINE"] = "1"  # models are built from configs: nothing downloads
 _flags = os.environ.get("XLA_FLAGS", "")
 if _DEVICE_COUNT_FLAG not in _flags:
     os.environ["XLA_FLAGS"] = f"{_flags} {_DEVICE_COUNT_FLAG}=2".strip()

@@ -51,6 +51,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--eval-batches", type=int, default=20, help="batches for the final val loss")
     ap.add_argument("--log-every", type=int, default=10, help="steps between loss reads")
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="training text file")
+    ap.add_argument(
+        "--compile",
+        action="store_true",
+        help='compile the training step with torch.compile (backend "pjrt" on pjrt)',
+    )
     return ap.parse_args(argv)
 
 
@@ -148,8 +153,26 @@ def main(argv: list[str] | None = None) -> int:
         f"{cfg.n_head} heads, d_model {cfg.n_embd}, block {cfg.block_size}, "
         f"batch {args.batch_size}, {args.steps} steps"
     )
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
+    # compiled: the learning rate is a tensor updated in place, and the optimizer keeps
+    # its step count on the device (capturable), so the schedule recompiles nothing
+    lr = torch.tensor(args.lr, device=device) if args.compile else args.lr
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1, capturable=args.compile
+    )
     warmup = max(1, min(50, args.steps // 10))
+
+    def train_step(x, y):
+        _, loss = model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    if args.compile:
+        train_step = torch.compile(
+            train_step, backend="pjrt" if device.type == "pjrt" else "inductor"
+        )
 
     gen = torch.Generator().manual_seed(args.seed)  # batch sampling, always on the CPU
     tokens_per_step = args.batch_size * args.block_size
@@ -162,14 +185,12 @@ def main(argv: list[str] | None = None) -> int:
     step_log = -1
     for step in bar:
         for group in opt.param_groups:
-            group["lr"] = lr_at(step, args.steps, args.lr, warmup)
+            if isinstance(group["lr"], torch.Tensor):
+                group["lr"].fill_(lr_at(step, args.steps, args.lr, warmup))
+            else:
+                group["lr"] = lr_at(step, args.steps, args.lr, warmup)
         x, y = get_batch(train_data, args.batch_size, args.block_size, gen)
-        x, y = x.to(device), y.to(device)
-        _, loss = model(x, y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        loss = train_step(x.to(device), y.to(device))
 
         # Reading the loss synchronises with the device, so only do it every few steps.
         if step == 0 or (step + 1) % args.log_every == 0 or step == args.steps - 1:
