@@ -225,3 +225,24 @@ def test_a_device_copy_does_not_alias_the_cpu_tensor():
     y = xp.cpu()
     xp.add_(2)
     assert y.tolist() == [0.0] * 4
+
+
+def test_module_to_moves_parameters_in_place_and_keeps_tied_weights():
+    emb = torch.nn.Embedding(10, 4)
+    head = torch.nn.Linear(4, 10, bias=False)
+    head.weight = emb.weight  # tied, as in GPT-2
+    model = torch.nn.ModuleDict({"emb": emb, "head": head})
+    before = emb.weight
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)  # made before the move, as on CUDA
+    model.to("pjrt")
+    assert model["head"].weight is model["emb"].weight is before
+    assert before.device.type == "pjrt" and len(list(model.parameters())) == 1
+    ids = torch.tensor([1, 2, 3], device="pjrt")
+    model["head"](model["emb"](ids)).sum().backward()
+    cpu = torch.nn.Embedding(10, 4)
+    cpu.weight.data = before.detach().cpu()
+    torch.nn.functional.linear(cpu(ids.cpu()), cpu.weight).sum().backward()
+    torch.testing.assert_close(before.grad.cpu(), cpu.weight.grad)  # both uses' gradient
+    opt.step()
+    model.to("cpu")
+    assert model["emb"].weight is before and before.device.type == "cpu"

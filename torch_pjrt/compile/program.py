@@ -260,7 +260,8 @@ class GraphProgram:
     # --- calling --------------------------------------------------------------------
 
     def arguments(self, args):
-        """(donated arrays, other arrays, statics, device index, kinds) of a call."""
+        """(donated arrays, other arrays, statics, device index, kinds, cells) of a call;
+        cells maps a donated argument's position to its storage cell."""
         index = None
         for a in args:
             if isinstance(a, torch.Tensor) and a.device.type == "pjrt":
@@ -268,21 +269,25 @@ class GraphProgram:
                 break
         if index is None:
             index = pjrt_random.current_device()
-        donated, arrays, statics, kinds = [], [], [], []
+        donated, arrays, statics, kinds, cells = [], [], [], [], {}
         mutated = self.mutated
         for i, a in enumerate(args):
             if isinstance(a, torch.Tensor):
-                if a.device.type == "pjrt":
-                    if (a.device.index or 0) != index:
+                device = a.device
+                if device.type == "pjrt":
+                    if (device.index or 0) != index:
                         raise RuntimeError(
                             "Expected all tensors to be on the same device, but found at "
-                            f"least two devices, pjrt:{index} and {a.device}!"
+                            f"least two devices, pjrt:{index} and {device}!"
                         )
                     value = read(a)
-                    if i in mutated and _donatable(a, value):
-                        donated.append(value)
-                        kinds.append("d")
-                        continue
+                    if i in mutated:
+                        cell = _donatable(a, value)
+                        if cell is not None:
+                            donated.append(value)
+                            kinds.append("d")
+                            cells[i] = cell
+                            continue
                 else:
                     metrics.count("transfers_to_device")
                     value = runtime.from_host(a.detach(), runtime.device(index))
@@ -291,17 +296,17 @@ class GraphProgram:
             else:
                 statics.append(_static(a))
                 kinds.append("s")
-        return donated, arrays, tuple(statics), index, tuple(kinds)
+        return donated, arrays, tuple(statics), index, tuple(kinds), cells
 
     def __call__(self, *args):
-        donated, arrays, statics, index, kinds = self.arguments(args)
+        donated, arrays, statics, index, kinds, cells = self.arguments(args)
         # NOTE: shapes and dtypes are part of the key (JAX would retrace silently):
         # every XLA compilation is counted here, with what changed
         key = (
             statics,
             kinds,
-            tuple((a.shape, a.dtype) for a in donated),
-            tuple((a.shape, a.dtype) for a in arrays),
+            tuple([a.aval for a in donated]),
+            tuple([a.aval for a in arrays]),
         )
         jitted = self._jitted.get(key)
         first = jitted is None
@@ -323,7 +328,11 @@ class GraphProgram:
                 "graph", self.kind, time.perf_counter() - start, f"{self.name}: {cause}"
             )
         for p, value in zip(self.mutated_positions, new_values):
-            write(args[p], value)
+            cell = cells.get(p)
+            if cell is not None:  # the whole storage, already checked: swap the buffer
+                cell.array = value
+            else:
+                write(args[p], value)
         record = self._static_outputs[key]
         return [record[i] if a is None else wrap(a, index) for i, a in enumerate(outs)]
 
@@ -339,7 +348,7 @@ def _cause(old, new) -> str:
     for which, o, n in (("donated input", old[2], new[2]), ("input", old[3], new[3])):
         for i, (a, b) in enumerate(zip(o, n)):
             if a != b:
-                return f"{which} {i} changed from {a[0]} {a[1]} to {b[0]} {b[1]}"
+                return f"{which} {i} changed from {a.str_short()} to {b.str_short()}"
     return "new argument signature"
 
 
@@ -356,7 +365,10 @@ def _static(a):
 _ALONE = 3
 
 
-def _donatable(t: torch.Tensor, value: jax.Array) -> bool:
-    """Whether an input's buffer may be donated: the tensor is its whole storage and
-    no other live object holds the array."""
-    return cell_of(t).array is value and sys.getrefcount(value) <= _ALONE + 1
+def _donatable(t: torch.Tensor, value: jax.Array):
+    """The storage cell of an input whose buffer may be donated (the tensor is its whole
+    storage, and no other live object holds the array), else None."""
+    cell = cell_of(t)
+    if cell.array is value and sys.getrefcount(value) <= _ALONE + 1 and cell.dtype == t.dtype:
+        return cell
+    return None

@@ -246,6 +246,22 @@ def _local_scalar_dense(self):
     return value.item()
 
 
+@implements(aten._has_compatible_shallow_copy_type.default)
+def _has_compatible_shallow_copy_type(self, from_):
+    """CPU and pjrt dense tensors can take each other's metadata (``param.data = t``).
+
+    NOTE: PyTorch's own check knows only its built-in dense backends. Without this,
+    ``module.to("pjrt")`` makes new Parameter objects instead of moving the old ones,
+    which unties shared weights (a language model's embedding and output layer) and
+    leaves optimizers built before the move holding CPU tensors.
+    """
+    return (
+        self.layout == torch.strided
+        and from_.layout == torch.strided
+        and {self.device.type, from_.device.type} <= {"cpu", "pjrt"}
+    )
+
+
 @implements(aten.is_pinned.default)
 def is_pinned(self, device=None):
     return False
