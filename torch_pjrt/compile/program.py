@@ -323,6 +323,8 @@ class GraphProgram:
             if first and self.dumper is not None and self.dumper.active:
                 self.dumper.write(self, jitted.lower(donated, arrays, rng))
             outs, new_values = jitted(donated, arrays, rng)
+            if not donated and not arrays and index != 0:  # a graph that only creates
+                outs = jax.device_put(outs, runtime.device(index))
         if first:
             metrics.compilation(
                 "graph", self.kind, time.perf_counter() - start, f"{self.name}: {cause}"
