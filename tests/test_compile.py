@@ -297,7 +297,8 @@ def test_program_recompiles_on_new_shapes_with_the_cause():
 
 
 @pytest.mark.parametrize("how", ["dynamic", "mark_dynamic"])
-def test_dynamic_sequence_lengths_are_exact_and_each_new_length_is_a_counted_compile(how):
+def test_training_graphs_with_dynamic_lengths_compile_once_per_length(how):
+    # training graphs are not padded to buckets yet: each new length is a counted compile
     torch.manual_seed(0)
     model = MODELS["transformer"](block=16).to("pjrt")
     compiled = torch.compile(model, backend="pjrt", dynamic=True if how == "dynamic" else None)
@@ -312,6 +313,63 @@ def test_dynamic_sequence_lengths_are_exact_and_each_new_length_is_a_counted_com
     assert d["graph_compilations"] == len(set(lengths))  # one XLA program per length
     causes = [c for c in d["graph_compile_causes"] if "first call" not in c]
     assert len(causes) == 2 and all("static arguments changed" in c for c in causes)
+
+
+def test_inference_loop_over_lengths_compiles_once_per_bucket():
+    torch.manual_seed(0)
+    model = MODELS["transformer"](block=16).to("pjrt").eval()
+    compiled = torch.compile(model, backend="pjrt", dynamic=True)
+    shapes = [(2, 5), (2, 7), (3, 6), (2, 9), (4, 16), (2, 3), (2, 8)]
+    with torch.no_grad():
+        for b, t in shapes:
+            idx = torch.randint(0, 32, (b, t)).to("pjrt")
+            out = compiled(idx)
+            assert out.shape == (b, t, 32)
+            _close(out, model(idx))
+    d = torch_pjrt.metrics.as_dict()
+    assert d.get("dynamo_recompilations", 0) == 0
+    assert not d.get("graph_bucket_fallbacks")
+    buckets = {(1 << (b - 1).bit_length(), 1 << (t - 1).bit_length()) for b, t in shapes}
+    assert d["graph_compilations"] == len(buckets) == 5  # (2,8) (4,8) (2,16) (4,16) (2,4)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_hugging_face_inference_over_lengths_compiles_once_per_bucket(name):
+    torch.manual_seed(0)
+    model = _hf_models()[name]().eval().to("pjrt")
+    compiled = torch.compile(model, backend="pjrt", dynamic=True)
+    with torch.no_grad():
+        for t in (5, 7, 6, 9, 12):
+            ids = torch.randint(0, 100, (2, t)).to("pjrt")
+            _close(compiled(input_ids=ids).logits, model(input_ids=ids).logits)
+    d = torch_pjrt.metrics.as_dict()
+    assert not d.get("graph_bucket_fallbacks")
+    assert d["graph_compilations"] == 2  # buckets 8 and 16
+
+
+def test_graphs_that_padding_could_change_fall_back_to_exact_sizes():
+    f = torch.compile(lambda x: x.cumsum(1) * 2, backend="pjrt", dynamic=True)
+    with torch.no_grad():
+        for t in (5, 6, 7):
+            x = torch.randn(2, t)
+            _close(f(x.to("pjrt")), x.cumsum(1) * 2)
+    d = torch_pjrt.metrics.as_dict()
+    (reason,) = d["graph_bucket_fallbacks"]
+    assert "cumsum" in reason
+    assert d["graph_compilations"] == 3  # one per length, exact
+
+
+def test_buckets_can_be_turned_off_and_listed():
+    from torch_pjrt.config import _buckets
+
+    assert _buckets("0") is None and _buckets("pow2") == "pow2"
+    assert _buckets("64, 16,32") == (16, 32, 64)
+    with pytest.raises(ValueError, match="TORCH_PJRT_BUCKETS"):
+        _buckets("big")
+    with torch_pjrt.config(buckets=(8, 16)):
+        from torch_pjrt.compile.buckets import bucket
+
+        assert [bucket(n) for n in (1, 8, 9, 16, 17)] == [8, 8, 16, 16, 17]
 
 
 _CACHE_SCRIPT = """

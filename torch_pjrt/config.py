@@ -33,6 +33,9 @@ class Config:
             when the runtime starts.
         cache_min_seconds: programs that compile faster than this are not written to
             the persistent cache (``TORCH_PJRT_CACHE_MIN_SECONDS``, default 0.2).
+        buckets: how compiled graphs with dynamic sizes pad them: ``"pow2"`` (the next
+            power of two), a sorted tuple of sizes, or None for no padding (one program
+            per size). ``TORCH_PJRT_BUCKETS``: ``pow2``, ``16,32,64,128`` or ``0``.
     """
 
     fallback: str = "cpu"
@@ -40,6 +43,7 @@ class Config:
     platform: str | None = None
     cache_dir: str | None = None
     cache_min_seconds: float = 0.2
+    buckets: object = "pow2"
 
     @classmethod
     def from_env(cls) -> Config:
@@ -51,7 +55,23 @@ class Config:
             platform=platform or None,
             cache_dir=_cache_dir(),
             cache_min_seconds=float(os.environ.get("TORCH_PJRT_CACHE_MIN_SECONDS", "0.2")),
+            buckets=_buckets(os.environ.get("TORCH_PJRT_BUCKETS", "pow2")),
         )
+
+
+def _buckets(spec: str):
+    spec = spec.strip().lower()
+    if spec in ("", "0", "off", "none", "false", "no"):
+        return None
+    if spec == "pow2":
+        return "pow2"
+    try:
+        sizes = tuple(sorted(int(x) for x in spec.split(",") if x.strip()))
+    except ValueError:
+        raise ValueError(
+            f"TORCH_PJRT_BUCKETS={spec!r}: expected 'pow2', '0' or sizes like '16,32,64'"
+        ) from None
+    return sizes
 
 
 def _cache_dir() -> str | None:

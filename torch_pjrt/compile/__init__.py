@@ -10,6 +10,6 @@ Importing this package is cheap; Dynamo is imported when the backend first runs.
 
 from __future__ import annotations
 
-from torch_pjrt.compile.backend import backend, dump_graphs
+from torch_pjrt.compile.compiler import backend, dump_graphs
 
 __all__ = ["backend", "dump_graphs"]

@@ -23,6 +23,7 @@ from torch._ops import OpOverload
 
 from torch_pjrt import random as pjrt_random
 from torch_pjrt import runtime
+from torch_pjrt.compile import buckets
 from torch_pjrt.diagnostics import metrics
 from torch_pjrt.ops.registry import Lowering, Signature, graph_lookup, lookup
 from torch_pjrt.tensor import cell_of, read, wrap, write
@@ -145,11 +146,13 @@ class GraphProgram:
     Args:
         gm: a graph of ATen ops (every call_function node :func:`node_supported`).
         kind: "forward", "backward", "inference" or "part" (for dumps and metrics).
+        parent_kind: for a part, the kind of the graph it was split from.
     """
 
-    def __init__(self, gm: torch.fx.GraphModule, kind: str = "inference"):
+    def __init__(self, gm: torch.fx.GraphModule, kind: str = "inference", parent_kind=None):
         self.gm = gm
         self.kind = kind
+        self.parent_kind = parent_kind  # for a part: the kind of the graph it came from
         self.id = next(_ids)
         self.name = f"graph_{self.id:03d}_{kind}"
         nodes = list(gm.graph.nodes)
@@ -185,6 +188,7 @@ class GraphProgram:
         self._static_outputs: dict = {}
         self._last_key = None
         self.dumper = None  # set by the backend: has .active and .write(program, lowered)
+        self.plan = buckets.plan(self)  # padding symbolic sizes to buckets, if any
 
     # --- tracing ------------------------------------------------------------------
 
@@ -225,6 +229,71 @@ class GraphProgram:
                 outs.append(None)
         new_values = [env[self.mutated[p]] for p in self.mutated_positions]
         return outs, new_values
+
+    def _evaluate_padded(self, values: list, lengths: dict, rng, record: dict):
+        """Like _evaluate, on values padded to buckets, tracking padding (buckets.py)."""
+        env: dict = dict(zip(self.inputs, values))
+        trace = buckets.PaddedTrace(self, lengths)
+        for i, dims in self.plan.tensor_dims.items():
+            factors = list(buckets._untagged(values[i].shape))
+            for d, name in dims:
+                factors[d] = ((values[i].shape[d], name),)
+            trace.fac[self.inputs[i]] = tuple(factors)
+        base_key = None
+        if self.random_nodes:
+            base_key = jax.random.fold_in(jax.random.key(rng[0]), rng[1])
+        draws = itertools.count()
+
+        def raw(a):
+            return env[a] if isinstance(a, torch.fx.Node) else a
+
+        def load(a):
+            v = env[a] if isinstance(a, torch.fx.Node) else a
+            return v.padded if isinstance(v, buckets.Sym) else v
+
+        for n in self.body:
+            if n.op == "get_attr":
+                env[n] = self._constant(n)
+                continue
+            raw_args = torch.fx.node.map_aggregate(n.args, raw)
+            call = self.calls.get(n)
+            if n.target is operator.getitem:  # an output of a multi-output op
+                src, i = n.args
+                env[n] = env[src][i]
+                facs = trace.fac.get(src)
+                if facs is not None and facs[i] is not None:
+                    trace.fac[n] = facs[i]
+                continue
+            if call is None:  # size arithmetic
+                flat = list(buckets._flat(raw_args))
+                if any(isinstance(a, buckets.Sym) for a in flat):
+                    env[n] = buckets.sym_op(n.target, raw_args)
+                else:
+                    env[n] = n.target(*raw_args, **torch.fx.node.map_aggregate(n.kwargs, raw))
+                continue
+            args = torch.fx.node.map_aggregate(n.args, load)
+            kwargs = torch.fx.node.map_aggregate(n.kwargs, load)
+            if n.target is aten.sym_size.int:
+                f = trace.f(n.args[0], args[0])
+                d = buckets._wrap(args[1], len(f))
+                env[n] = buckets.Sym(
+                    args[0].shape[d], buckets._true_count(f, [d], lengths), f[d]
+                )
+                continue
+            key = jax.random.fold_in(base_key, next(draws)) if call.random else None
+            env[n], trace.fac[n] = trace.run_node(n, call, args, kwargs, raw_args, key)
+        outs = []
+        for i, o in enumerate(self.outputs):
+            v = env[o] if isinstance(o, torch.fx.Node) else o
+            if isinstance(v, jax.Array):
+                record[i] = trace.f(o, v)
+                outs.append(v)
+            elif isinstance(v, buckets.Sym) or v is not None:
+                raise buckets.NotBucketable("a size is an output")
+            else:
+                record[i] = None
+                outs.append(None)
+        return outs
 
     def _constant(self, node):
         value = self.constants[node]
@@ -299,6 +368,12 @@ class GraphProgram:
         return donated, arrays, tuple(statics), index, tuple(kinds), cells
 
     def __call__(self, *args):
+        if self.plan is not None and self.plan.active:
+            try:
+                return self._call_padded(args)
+            except buckets.NotBucketable as exc:
+                self.plan.active = False
+                metrics.tally("graph_bucket_fallbacks", f"{self.name}: {exc}")
         donated, arrays, statics, index, kinds, cells = self.arguments(args)
         # NOTE: shapes and dtypes are part of the key (JAX would retrace silently):
         # every XLA compilation is counted here, with what changed
@@ -337,6 +412,95 @@ class GraphProgram:
                 write(args[p], value)
         record = self._static_outputs[key]
         return [record[i] if a is None else wrap(a, index) for i, a in enumerate(outs)]
+
+
+    def _call_padded(self, args):
+        """Run on inputs padded to buckets; outputs are views with the true sizes."""
+        plan = self.plan
+        true = {name: int(args[i]) for i, name in plan.symbols.items()}
+        padded = {name: buckets.bucket(v) for name, v in true.items()}
+        args = list(args)
+        for i, name in plan.symbols.items():
+            args[i] = padded[name]
+        _, arrays, statics, index, kinds, _ = self.arguments(args)
+        positions = [i for i, k in enumerate(kinds) if k == "a"]
+        arrays = [
+            buckets.pad_input(a, plan.tensor_dims[i], padded) if i in plan.tensor_dims else a
+            for i, a in zip(positions, arrays)
+        ]
+        key = ("padded", statics, kinds, tuple([a.aval for a in arrays]))
+        jitted = self._jitted.get(key)
+        first = jitted is None
+        if first:
+            cause = "new bucket" if self._last_key else "first call"
+            jitted = self._padded_program(key)
+            start = time.perf_counter()
+        self._last_key = key
+        rng = pjrt_random.next_key_parts(index) if self.random_nodes else (0, 0)
+        lengths = jnp.asarray([true[name] for name in plan.names], jnp.int32)
+        metrics.count("graph_executions")
+        with jax.enable_x64(True):
+            if first and self.dumper is not None and self.dumper.active:
+                self.dumper.write(self, jitted.lower(arrays, lengths, rng))
+            outs = jitted(arrays, lengths, rng)
+        if first:
+            metrics.compilation(
+                "graph", self.kind, time.perf_counter() - start,
+                f"{self.name}: {cause} (padded to {padded})",
+            )
+        record = self._static_outputs[key]
+        return [
+            None if a is None else _true_view(a, record[i], true, index)
+            for i, a in enumerate(outs)
+        ]
+
+    def _padded_program(self, key):
+        statics, kinds = key[1], key[2]
+        plan = self.plan
+        record: dict = {}
+        names = plan.names
+
+        def run(arrays, lengths_vec, rng):
+            metrics.count("compile_traces")
+            lengths = {name: lengths_vec[k] for k, name in enumerate(names)}
+            values, it_arrays, it_statics = [], iter(arrays), iter(statics)
+            for i, kind in enumerate(kinds):
+                if kind == "a":
+                    values.append(next(it_arrays))
+                    continue
+                value = next(it_statics)
+                name = plan.symbols.get(i)
+                if name is not None:
+                    value = buckets.Sym(value, lengths[name], ((value, name),))
+                values.append(value)
+            return self._evaluate_padded(values, lengths, rng, record)
+
+        run.__name__ = run.__qualname__ = self.name
+        jitted = jax.jit(run)
+        self._static_outputs[key] = record
+        self._jitted[key] = jitted
+        return jitted
+
+
+def _true_view(array: jax.Array, factors, true: dict, index: int) -> torch.Tensor:
+    """A tensor with the true sizes viewing a padded result (valid elements form a
+    prefix of every dimension: only a dimension's outermost factor may be padded)."""
+    from torch_pjrt.runtime.transfer import torch_dtype
+    from torch_pjrt.tensor import _ATTR, Cell, _contiguous_strides, _handle
+
+    if not any(t is not None for dim in factors for _, t in dim):
+        return wrap(array, index)
+    shape = []
+    for dim in factors:
+        if any(t is not None for _, t in dim[1:]):
+            raise buckets.NotBucketable("an output padded inside a merged dimension")
+        (n, t), inner = dim[0], math.prod(m for m, _ in dim[1:])
+        shape.append((true[t] if t is not None else n) * inner)
+    dtype = torch_dtype(array.dtype)
+    strides = _contiguous_strides(array.shape)
+    t = _handle(index, tuple(shape), strides, dtype, array.size * dtype.itemsize)
+    setattr(t.untyped_storage(), _ATTR, Cell(array.size, dtype, index, array))
+    return t
 
 
 def _cause(old, new) -> str:

@@ -219,6 +219,12 @@ def to_copy(
     return self if dtype is None else self.astype(jax_dtype(dtype))
 
 
+@in_graphs(torch.ops.prims.convert_element_type.default)
+def convert_element_type(a, dtype):
+    # left in graphs by decompositions of size arithmetic (symbolic shapes)
+    return a.astype(jax_dtype(dtype))
+
+
 @in_graphs(aten.copy.default)
 def copy(self, src, non_blocking=False):
     return jnp.broadcast_to(jnp.asarray(src).astype(self.dtype), self.shape)

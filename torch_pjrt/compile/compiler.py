@@ -109,7 +109,7 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str):
     for node in fused.graph.nodes:
         if node.op == "call_module":
             sub = getattr(fused, node.target)
-            program = GraphProgram(sub, "part")
+            program = GraphProgram(sub, "part", parent_kind=kind)
             program.dumper = _DUMPER
             setattr(fused, node.target, _Part(program))
     fused.recompile()
