@@ -144,12 +144,26 @@ def test_training_step_stays_on_device_and_donates():
 def _hf_models():
     import transformers as hf
 
-    small = dict(num_hidden_layers=2, hidden_size=32, intermediate_size=64,
-                 num_attention_heads=4, vocab_size=100, max_position_embeddings=64)
+    small = dict(
+        num_hidden_layers=2,
+        hidden_size=32,
+        intermediate_size=64,
+        num_attention_heads=4,
+        vocab_size=100,
+        max_position_embeddings=64,
+    )
     return {
-        "gpt2": lambda: hf.GPT2LMHeadModel(hf.GPT2Config(
-            n_layer=2, n_embd=32, n_head=4, vocab_size=100, n_positions=64,
-            bos_token_id=0, eos_token_id=0)),
+        "gpt2": lambda: hf.GPT2LMHeadModel(
+            hf.GPT2Config(
+                n_layer=2,
+                n_embd=32,
+                n_head=4,
+                vocab_size=100,
+                n_positions=64,
+                bos_token_id=0,
+                eos_token_id=0,
+            )
+        ),
         "llama": lambda: hf.LlamaForCausalLM(hf.LlamaConfig(num_key_value_heads=2, **small)),
         "bert": lambda: hf.BertForMaskedLM(hf.BertConfig(**small)),
     }
@@ -396,8 +410,12 @@ def test_persistent_cache_lets_a_second_process_skip_xla_compilation(tmp_path):
     runs = []
     for _ in range(2):
         out = subprocess.run(
-            [sys.executable, "-c", _CACHE_SCRIPT], env=env, cwd=ROOT, capture_output=True,
-            text=True, timeout=600,
+            [sys.executable, "-c", _CACHE_SCRIPT],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
         )
         assert out.returncode == 0, out.stderr[-3000:]
         runs.append(json.loads(out.stdout.strip().splitlines()[-1]))

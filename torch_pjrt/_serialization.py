@@ -64,7 +64,7 @@ def _storage_to_pjrt(self, device=None, non_blocking=False):
 def _clone_storage(storage):
     """A new pjrt storage with the same bytes (JAX arrays are immutable: it shares the
     array until either storage is written)."""
-    from torch_pjrt.tensor import Cell, _handle, cell_of, _ATTR
+    from torch_pjrt.tensor import _ATTR, Cell, _handle, cell_of
 
     src = cell_of(torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage))
     nbytes = storage.nbytes()

@@ -210,9 +210,7 @@ class PaddedTrace:
         """The value of node n and its factors."""
         op = n.target
         name = _name(op)
-        tensor_facs = [
-            self.fac.get(a) for a in _flat_nodes(n.args, n.kwargs) if a in self.fac
-        ]
+        tensor_facs = [self.fac.get(a) for a in _flat_nodes(n.args, n.kwargs) if a in self.fac]
         padded = any(_any_tagged(f) for f in tensor_facs)
         syms = [a for a in _flat(raw_args) if isinstance(a, Sym)]
         if not padded and not syms:
@@ -346,17 +344,20 @@ def _on_untagged_dim(t, n, call, args, kwargs, raw, key):
             if end.factors is None or result.shape[dim] != end.padded:
                 raise NotBucketable("slice to a symbolic size past the end")
             return result, f[:dim] + (end.factors,) + f[dim + 1 :]
-    if name == "slice" and result.shape[dim] == first.shape[dim] and (
-        len(raw) < 5 or raw[4] == 1
-    ):
+    if name == "slice" and result.shape[dim] == first.shape[dim] and (len(raw) < 5 or raw[4] == 1):
         return result, f  # a full slice (x[:, 0:], logits_to_keep=0): nothing changes
     if _tagged(f[dim]):
         raise NotBucketable(f"{name} along a padded dimension")
     if name == "cat":
         facs = [t.f(a, v) for a, v in zip(n.args[0], args[0])]
         shape = result.shape
-        out = _broadcast([tuple(x if i != dim else ((shape[dim], None),) for i, x in enumerate(g))
-                          for g in facs], shape)
+        out = _broadcast(
+            [
+                tuple(x if i != dim else ((shape[dim], None),) for i, x in enumerate(g))
+                for g in facs
+            ],
+            shape,
+        )
         return result, out
     if name == "select":
         return result, f[:dim] + f[dim + 1 :]
@@ -487,16 +488,30 @@ _RULES = {
     "expand": _expand,
     "unsqueeze": _unsqueeze,
     "squeeze": _squeeze,
-    **{k: _on_untagged_dim for k in ("split", "split_with_sizes", "select", "slice", "narrow",
-                                     "cat", "unbind")},
+    **{
+        k: _on_untagged_dim
+        for k in ("split", "split_with_sizes", "select", "slice", "narrow", "cat", "unbind")
+    },
     **{k: _reduction for k in _IDENTITY},
     "_softmax": _softmax,
     "_log_softmax": _softmax,
     **{k: _matmul for k in ("mm", "bmm", "addmm", "baddbmm")},
     "native_layer_norm": _layer_norm,
     **{k: _gather_rows for k in ("embedding", "index_select", "index")},
-    **{k: _factory for k in ("ones", "zeros", "full", "empty", "arange", "zeros_like",
-                             "ones_like", "empty_like", "full_like")},
+    **{
+        k: _factory
+        for k in (
+            "ones",
+            "zeros",
+            "full",
+            "empty",
+            "arange",
+            "zeros_like",
+            "ones_like",
+            "empty_like",
+            "full_like",
+        )
+    },
 }
 
 _SYM_OPS = {operator.mul, operator.add, operator.sub, operator.floordiv}

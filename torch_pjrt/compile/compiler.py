@@ -40,9 +40,7 @@ class _Dumper:
         out = pathlib.Path(_dump_dir[0])
         out.mkdir(parents=True, exist_ok=True)
         (out / f"{program.name}.fx.txt").write_text(
-            program.gm.print_readable(
-                print_output=False, include_stride=True, include_device=True
-            )
+            program.gm.print_readable(print_output=False, include_stride=True, include_device=True)
         )
         (out / f"{program.name}.stablehlo.mlir").write_text(lowered.as_text())
 
@@ -102,9 +100,7 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str):
         def is_node_supported(self, submodules, node):
             return node.op == "call_function" and node_supported(node)
 
-    partitioner = CapabilityBasedPartitioner(
-        gm, _Support(), allows_single_node_partition=True
-    )
+    partitioner = CapabilityBasedPartitioner(gm, _Support(), allows_single_node_partition=True)
     fused = partitioner.fuse_partitions(partitioner.propose_partitions())
     for node in fused.graph.nodes:
         if node.op == "call_module":

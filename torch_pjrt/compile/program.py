@@ -159,9 +159,9 @@ class GraphProgram:
         self.inputs = [n for n in nodes if n.op == "placeholder"]
         self.body = [n for n in nodes if n.op in ("call_function", "get_attr")]
         output = next(n for n in nodes if n.op == "output")
-        self.outputs = list(output.args[0]) if isinstance(output.args[0], (list, tuple)) else [
-            output.args[0]
-        ]
+        self.outputs = (
+            list(output.args[0]) if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
+        )
         self.output_is_seq = isinstance(output.args[0], (list, tuple))
         position = {n: i for i, n in enumerate(self.inputs)}
         # functionalized in-place updates of inputs: copy_(input, new value)
@@ -181,9 +181,7 @@ class GraphProgram:
                 self.calls[n] = _Call(n.target, lowering, lookup(n.target) is not None)
                 self.random_nodes += lowering.random
         self.mutated_positions = tuple(sorted(self.mutated))
-        self.constants = {
-            n: getattr(gm, n.target) for n in self.body if n.op == "get_attr"
-        }
+        self.constants = {n: getattr(gm, n.target) for n in self.body if n.op == "get_attr"}
         self._jitted: dict = {}
         self._static_outputs: dict = {}
         self._last_key = None
@@ -276,9 +274,7 @@ class GraphProgram:
             if n.target is aten.sym_size.int:
                 f = trace.f(n.args[0], args[0])
                 d = buckets._wrap(args[1], len(f))
-                env[n] = buckets.Sym(
-                    args[0].shape[d], buckets._true_count(f, [d], lengths), f[d]
-                )
+                env[n] = buckets.Sym(args[0].shape[d], buckets._true_count(f, [d], lengths), f[d])
                 continue
             key = jax.random.fold_in(base_key, next(draws)) if call.random else None
             env[n], trace.fac[n] = trace.run_node(n, call, args, kwargs, raw_args, key)
@@ -413,7 +409,6 @@ class GraphProgram:
         record = self._static_outputs[key]
         return [record[i] if a is None else wrap(a, index) for i, a in enumerate(outs)]
 
-
     def _call_padded(self, args):
         """Run on inputs padded to buckets; outputs are views with the true sizes."""
         plan = self.plan
@@ -445,13 +440,14 @@ class GraphProgram:
             outs = jitted(arrays, lengths, rng)
         if first:
             metrics.compilation(
-                "graph", self.kind, time.perf_counter() - start,
+                "graph",
+                self.kind,
+                time.perf_counter() - start,
                 f"{self.name}: {cause} (padded to {padded})",
             )
         record = self._static_outputs[key]
         return [
-            None if a is None else _true_view(a, record[i], true, index)
-            for i, a in enumerate(outs)
+            None if a is None else _true_view(a, record[i], true, index) for i, a in enumerate(outs)
         ]
 
     def _padded_program(self, key):

@@ -93,9 +93,7 @@ def permute(self, dims):
 @in_graphs(aten.expand.default, aten.expand_copy.default)
 def expand(self, size, implicit=False):
     lead = len(size) - self.ndim
-    shape = tuple(
-        self.shape[i - lead] if s == -1 and i >= lead else s for i, s in enumerate(size)
-    )
+    shape = tuple(self.shape[i - lead] if s == -1 and i >= lead else s for i, s in enumerate(size))
     return jnp.broadcast_to(self, shape)
 
 
@@ -239,7 +237,8 @@ def _fill_dtype(fill_value):
     if isinstance(fill_value, int):
         return jnp.int64
     if isinstance(fill_value, complex):
-        return jax_dtype(torch.complex128 if torch.get_default_dtype() == torch.float64 else torch.complex64)
+        wide = torch.get_default_dtype() == torch.float64
+        return jax_dtype(torch.complex128 if wide else torch.complex64)
     return jax_dtype(torch.get_default_dtype())
 
 
@@ -250,8 +249,9 @@ def full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=N
 
 
 @in_graphs(aten.full_like.default)
-def full_like(self, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None,
-              memory_format=None):
+def full_like(
+    self, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None
+):
     return jnp.full(self.shape, fill_value, _dtype(dtype, self))
 
 
@@ -261,12 +261,12 @@ def scalar_tensor(s, *, dtype=None, layout=None, device=None, pin_memory=None):
 
 
 def _constant(value):
-    def allocate(size, *, dtype=None, layout=None, device=None, pin_memory=None,
-                 memory_format=None):
+    def allocate(
+        size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None
+    ):
         return jnp.full(tuple(size), value, _dtype(dtype))
 
-    def like(self, *, dtype=None, layout=None, device=None, pin_memory=None,
-             memory_format=None):
+    def like(self, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
         return jnp.full(self.shape, value, _dtype(dtype, self))
 
     def new(self, size, *, dtype=None, layout=None, device=None, pin_memory=None):
@@ -291,8 +291,7 @@ def empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_mem
 
 
 @in_graphs(aten.new_empty_strided.default)
-def new_empty_strided(self, size, stride, *, dtype=None, layout=None, device=None,
-                      pin_memory=None):
+def new_empty_strided(self, size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
     return jnp.zeros(tuple(size), _dtype(dtype, self))
 
 
@@ -320,9 +319,8 @@ def arange(start, end, step=1, *, dtype=None, layout=None, device=None, pin_memo
     dtype = _arange_dtype(dtype, start, end, step)
     length = _arange_length(start, end, step, dtype)
     acc = _acc_dtype(dtype)
-    return (jnp.asarray(start, acc) + jnp.asarray(step, acc) * jnp.arange(length, dtype=acc)).astype(
-        jax_dtype(dtype)
-    )
+    steps = jnp.asarray(step, acc) * jnp.arange(length, dtype=acc)
+    return (jnp.asarray(start, acc) + steps).astype(jax_dtype(dtype))
 
 
 # --- random draws (eagerly: ``empty`` then an in-place sampler) -------------------------
@@ -334,8 +332,9 @@ def rand(size, *, dtype=None, layout=None, device=None, pin_memory=None, key):
 
 
 @in_graphs(aten.rand_like.default, random=True)
-def rand_like(self, *, dtype=None, layout=None, device=None, pin_memory=None,
-              memory_format=None, key):
+def rand_like(
+    self, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None, key
+):
     return _uniform(key, self.shape, _dtype(dtype, self))
 
 
@@ -346,8 +345,9 @@ def randn(size, *, dtype=None, layout=None, device=None, pin_memory=None, key):
 
 
 @in_graphs(aten.randn_like.default, random=True)
-def randn_like(self, *, dtype=None, layout=None, device=None, pin_memory=None,
-               memory_format=None, key):
+def randn_like(
+    self, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None, key
+):
     dtype = _dtype(dtype, self)
     return _normal(key, self.shape, dtype).astype(dtype)
 
