@@ -311,22 +311,29 @@ def test_program_recompiles_on_new_shapes_with_the_cause():
 
 
 @pytest.mark.parametrize("how", ["dynamic", "mark_dynamic"])
-def test_training_graphs_with_dynamic_lengths_compile_once_per_length(how):
-    # training graphs are not padded to buckets yet: each new length is a counted compile
+def test_training_over_lengths_is_exact_and_compiles_once_per_bucket(how):
     torch.manual_seed(0)
-    model = MODELS["transformer"](block=16).to("pjrt")
+    eager = MODELS["transformer"](block=16).to("pjrt")
+    model = copy.deepcopy(eager)
     compiled = torch.compile(model, backend="pjrt", dynamic=True if how == "dynamic" else None)
-    lengths = (5, 7, 5, 9, 7)
+    lengths = (5, 7, 5, 9, 6, 12)
     for t in lengths:
         idx = torch.randint(0, 32, (2, t)).to("pjrt")
         if how == "mark_dynamic":
             torch._dynamo.mark_dynamic(idx, 1)
-        _close(compiled(idx), model(idx))
+        target = torch.roll(idx, -1, dims=1)
+        loss_e = F.cross_entropy(eager(idx).flatten(0, 1), target.flatten())
+        loss_c = F.cross_entropy(compiled(idx).flatten(0, 1), target.flatten())
+        _close(loss_c, loss_e)
+        loss_e.backward()
+        loss_c.backward()
+        for (n, a), b in zip(eager.named_parameters(), model.parameters()):
+            _close(b.grad, a.grad, msg=n)
     d = torch_pjrt.metrics.as_dict()
     assert d.get("dynamo_recompilations", 0) == 0  # one symbolic graph serves every length
-    assert d["graph_compilations"] == len(set(lengths))  # one XLA program per length
-    causes = [c for c in d["graph_compile_causes"] if "first call" not in c]
-    assert len(causes) == 2 and all("static arguments changed" in c for c in causes)
+    assert not d.get("graph_bucket_fallbacks")
+    # lengths 5..12 fall in buckets 8 and 16: a forward and a backward program each
+    assert d["graph_forward_compilations"] == d["graph_backward_compilations"] == 2
 
 
 def test_inference_loop_over_lengths_compiles_once_per_bucket():

@@ -12,7 +12,8 @@ reductions and softmax over a padded dimension see the reduction's identity ther
 matrix products zero both operands, means divide by the true count. An op with no rule
 for padded inputs makes the graph "not bucketable" and it falls back to one program per
 size (counted in ``graph_bucket_fallbacks`` with the op). Outputs are views of the
-padded result with the true sizes (no copy).
+padded result with the true sizes (no copy); activations a training forward saves for
+its backward stay padded (``Padded``) and the backward takes them as they are.
 """
 
 from __future__ import annotations
@@ -482,6 +483,65 @@ def _factory(t, n, call, args, kwargs, raw, key):
     return result, tuple(out)
 
 
+def _nll_target(t, n, args, target_pos, ignore_pos):
+    target, ft = args[target_pos], t.f(n.args[target_pos], args[target_pos])
+    ignore = args[ignore_pos] if len(args) > ignore_pos else -100
+    args = list(args)
+    args[target_pos] = _fill(target, ft, t.lengths, ignore)  # padding is ignored
+    return args, ft
+
+
+def _nll_loss_forward(t, n, call, args, kwargs, raw, key):
+    args, ft = _nll_target(t, n, args, 1, 4)
+    out, total = call(tuple(args), kwargs, key)
+    return (out, total), (ft if out.ndim else (), ())
+
+
+def _nll_loss_backward(t, n, call, args, kwargs, raw, key):
+    args, _ = _nll_target(t, n, args, 2, 5)
+    result = call(tuple(args), kwargs, key)
+    return result, _broadcast([t.f(n.args[1], args[1])], result.shape)
+
+
+def _layer_norm_backward(t, n, call, args, kwargs, raw, key):
+    f = t.f(n.args[1], args[1])
+    k = len(args[2])
+    if any(_tagged(d) for d in f[-k:]):
+        raise NotBucketable("layer_norm over a padded dimension")
+    args = list(args)
+    args[0] = _fill(args[0], t.f(n.args[0], args[0]), t.lengths, 0)
+    args[1] = _fill(args[1], f, t.lengths, 0)
+    grads = call(tuple(args), kwargs, key)
+    facs = tuple(
+        None if g is None else (f if i == 0 else _untagged(g.shape)) for i, g in enumerate(grads)
+    )
+    return grads, facs
+
+
+def _embedding_backward(t, n, call, args, kwargs, raw, key):
+    if args[4]:
+        raise NotBucketable("embedding with scale_grad_by_freq")
+    args = list(args)
+    args[0] = _fill(args[0], t.f(n.args[0], args[0]), t.lengths, 0)
+    args[1] = _fill(args[1], t.f(n.args[1], args[1]), t.lengths, 0)
+    result = call(tuple(args), kwargs, key)
+    return result, _untagged(result.shape)
+
+
+def _softmax_backward(t, n, call, args, kwargs, raw, key):
+    fg = t.f(n.args[0], args[0])
+    fo = t.f(n.args[1], args[1])
+    dim = _wrap(args[2], len(fg))
+    if _tagged(fg[dim]) or _tagged(fo[dim]):
+        log = _name(n.target) == "_log_softmax_backward_data"
+        args = (
+            _fill(args[0], fg, t.lengths, 0),
+            _fill(args[1], fo, t.lengths, -math.inf if log else 0),
+        ) + tuple(args[2:])
+    result = call(args, kwargs, key)
+    return result, _broadcast([fg, fo], result.shape)
+
+
 _RULES = {
     **{k: _view for k in ("view", "_unsafe_view", "reshape", "_reshape_alias")},
     **{k: _permute for k in ("t", "transpose", "permute")},
@@ -497,6 +557,12 @@ _RULES = {
     "_log_softmax": _softmax,
     **{k: _matmul for k in ("mm", "bmm", "addmm", "baddbmm")},
     "native_layer_norm": _layer_norm,
+    "native_layer_norm_backward": _layer_norm_backward,
+    "nll_loss_forward": _nll_loss_forward,
+    "nll_loss_backward": _nll_loss_backward,
+    "embedding_dense_backward": _embedding_backward,
+    "_softmax_backward_data": _softmax_backward,
+    "_log_softmax_backward_data": _softmax_backward,
     **{k: _gather_rows for k in ("embedding", "index_select", "index")},
     **{
         k: _factory
@@ -548,29 +614,37 @@ class Plan:
         self.tensor_dims = tensor_dims  # input position -> [(dim, symbol name)]
         self.names = sorted(set(symbols.values()))
         self.active = True
+        self.merged: set = set()  # inputs with a merged dynamic dim (must arrive padded)
+        self.derived: dict = {}  # input position -> sympy expression of other symbols
+
+    def padded_value(self, position: int, padded: dict) -> int:
+        expr = self.derived[position]
+        return int(expr.subs({sym: padded[str(sym)] for sym in expr.free_symbols}))
 
 
 def plan(program) -> Plan | None:
     """The padding plan of a graph, or None when it has no symbolic sizes to pad.
 
-    Only inference graphs (and parts of them) are padded: a training forward hands its
-    padded activations to the backward, which is not done yet.
+    A training forward hands the activations it saves for the backward over padded as
+    they are (``Padded``); the backward takes them so, and pads its other inputs.
     """
     if settings.buckets is None or program.mutated:
         return None
-    if program.kind != "inference" and program.parent_kind != "inference":
-        return None
-    symbols, tensor_dims = {}, {}
+    symbols, tensor_dims, derived = {}, {}, {}
     for i, node in enumerate(program.inputs):
         val = node.meta.get("val")
         if isinstance(val, torch.SymInt):
             expr = val.node.expr
-            if not expr.is_Symbol:
-                return None
-            symbols[i] = str(expr)
+            if expr.is_Symbol:
+                symbols[i] = str(expr)
+            else:
+                derived[i] = expr  # a size computed from symbols (2*s0): kept as it is
     if not symbols:
         return None
     known = set(symbols.values())
+    if any(str(sym) not in known for e in derived.values() for sym in e.free_symbols):
+        return None
+    merged = set()
     for i, node in enumerate(program.inputs):
         val = node.meta.get("val")
         if not isinstance(val, torch.Tensor):
@@ -579,12 +653,62 @@ def plan(program) -> Plan | None:
         for d, s in enumerate(val.shape):
             if isinstance(s, torch.SymInt):
                 expr = s.node.expr
-                if not expr.is_Symbol or str(expr) not in known:
+                if any(str(sym) not in known for sym in expr.free_symbols):
                     return None
-                dims.append((d, str(expr)))
+                if expr.is_Symbol:
+                    dims.append((d, str(expr)))
+                else:
+                    merged.add(i)  # only usable when it arrives padded (a saved activation)
         if dims:
             tensor_dims[i] = dims
-    return Plan(symbols, tensor_dims)
+    result = Plan(symbols, tensor_dims)
+    result.merged = merged
+    result.derived = derived
+    return result
+
+
+class Padded:
+    """Attached to a tensor made by a padded program (``tensor._pjrt_padded``): its
+    storage holds the padded array; ``factors`` say where the padding is; ``true`` are
+    the symbol values it was made with; ``true_shape`` is the tensor's true shape."""
+
+    __slots__ = ("array", "factors", "true", "true_shape")
+
+    def __init__(self, array, factors, true, true_shape):
+        self.array = array
+        self.factors = factors
+        self.true = true
+        self.true_shape = true_shape
+
+
+def true_shape(factors, true: dict) -> tuple:
+    shape = []
+    for dim in factors:
+        size = 1
+        for n, t in dim:
+            size *= true[t] if t is not None else n
+        shape.append(size)
+    return tuple(shape)
+
+
+def compact(padded: Padded) -> jax.Array:
+    """The true-sized array of a padded value (drop the padding, whatever its layout)."""
+    a = padded.array
+    atoms = [(n, t) for dim in padded.factors for n, t in dim]
+    a = a.reshape(tuple(n for n, _ in atoms))
+    index = tuple(slice(0, padded.true[t]) if t is not None else slice(None) for _, t in atoms)
+    with jax.enable_x64(True):
+        return a[index].reshape(padded.true_shape)
+
+
+def padded_of(t: torch.Tensor):
+    """The Padded record of a tensor made by a padded program, if still current."""
+    from torch_pjrt.tensor import cell_of
+
+    padded = getattr(t, "_pjrt_padded", None)
+    if padded is None or cell_of(t).array is not padded.array:
+        return None  # none, or written since (its storage holds another array)
+    return padded
 
 
 def pad_input(array: jax.Array, dims, padded_sizes: dict) -> jax.Array:

@@ -88,7 +88,7 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str):
     calls = [n for n in gm.graph.nodes if n.op == "call_function"]
     unsupported = [n for n in calls if not node_supported(n)]
     if not unsupported:
-        program = GraphProgram(gm, kind)
+        program = GraphProgram(gm, kind, n_user_outputs=_user_outputs(kind))
         program.dumper = _DUMPER
         return _boxed(lambda *args: _unpack(program, args))
     for n in unsupported:
@@ -110,6 +110,17 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str):
             setattr(fused, node.target, _Part(program))
     fused.recompile()
     return _boxed(fused.forward)
+
+
+def _user_outputs(kind: str):
+    """How many outputs of a training forward are the user's (AOT autograd's metadata)."""
+    if kind != "forward":
+        return None
+    from torch._guards import TracingContext
+
+    context = TracingContext.try_get()
+    meta = getattr(context, "fw_metadata", None)
+    return getattr(meta, "num_forward", None)
 
 
 def _unpack(program: GraphProgram, args):

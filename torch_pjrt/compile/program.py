@@ -147,11 +147,21 @@ class GraphProgram:
         gm: a graph of ATen ops (every call_function node :func:`node_supported`).
         kind: "forward", "backward", "inference" or "part" (for dumps and metrics).
         parent_kind: for a part, the kind of the graph it was split from.
+        n_user_outputs: for a training forward, how many outputs are the user's (the
+            rest are saved for the backward and may stay padded).
     """
 
-    def __init__(self, gm: torch.fx.GraphModule, kind: str = "inference", parent_kind=None):
+    def __init__(
+        self,
+        gm: torch.fx.GraphModule,
+        kind: str = "inference",
+        parent_kind=None,
+        n_user_outputs: int | None = None,
+    ):
         self.gm = gm
         self.kind = kind
+        # a training forward returns the user's outputs, then what the backward saves
+        self.n_user_outputs = n_user_outputs
         self.parent_kind = parent_kind  # for a part: the kind of the graph it came from
         self.id = next(_ids)
         self.name = f"graph_{self.id:03d}_{kind}"
@@ -228,7 +238,7 @@ class GraphProgram:
         new_values = [env[self.mutated[p]] for p in self.mutated_positions]
         return outs, new_values
 
-    def _evaluate_padded(self, values: list, lengths: dict, rng, record: dict):
+    def _evaluate_padded(self, values, lengths, rng, record, input_factors):
         """Like _evaluate, on values padded to buckets, tracking padding (buckets.py)."""
         env: dict = dict(zip(self.inputs, values))
         trace = buckets.PaddedTrace(self, lengths)
@@ -237,6 +247,8 @@ class GraphProgram:
             for d, name in dims:
                 factors[d] = ((values[i].shape[d], name),)
             trace.fac[self.inputs[i]] = tuple(factors)
+        for i, factors in input_factors:  # saved activations that arrive padded
+            trace.fac[self.inputs[i]] = factors
         base_key = None
         if self.random_nodes:
             base_key = jax.random.fold_in(jax.random.key(rng[0]), rng[1])
@@ -284,8 +296,13 @@ class GraphProgram:
             if isinstance(v, jax.Array):
                 record[i] = trace.f(o, v)
                 outs.append(v)
-            elif isinstance(v, buckets.Sym) or v is not None:
-                raise buckets.NotBucketable("a size is an output")
+            elif isinstance(v, buckets.Sym):
+                if v.factors is None:
+                    raise buckets.NotBucketable("a computed size is an output")
+                record[i] = ("size", v.factors)
+                outs.append(None)
+            elif v is not None:
+                raise buckets.NotBucketable("a value is an output")
             else:
                 record[i] = None
                 outs.append(None)
@@ -346,6 +363,8 @@ class GraphProgram:
                             f"least two devices, pjrt:{index} and {device}!"
                         )
                     value = read(a)
+                    if hasattr(a, "_pjrt_padded") and tuple(a.shape) != a._pjrt_padded.true_shape:
+                        value = buckets.compact(a._pjrt_padded)  # stayed padded: drop it
                     if i in mutated:
                         cell = _donatable(a, value)
                         if cell is not None:
@@ -414,16 +433,28 @@ class GraphProgram:
         plan = self.plan
         true = {name: int(args[i]) for i, name in plan.symbols.items()}
         padded = {name: buckets.bucket(v) for name, v in true.items()}
+        derived_true = [int(args[i]) for i in sorted(plan.derived)]
         args = list(args)
         for i, name in plan.symbols.items():
             args[i] = padded[name]
+        for i in plan.derived:
+            args[i] = plan.padded_value(i, padded)
         _, arrays, statics, index, kinds, _ = self.arguments(args)
         positions = [i for i, k in enumerate(kinds) if k == "a"]
-        arrays = [
-            buckets.pad_input(a, plan.tensor_dims[i], padded) if i in plan.tensor_dims else a
-            for i, a in zip(positions, arrays)
-        ]
-        key = ("padded", statics, kinds, tuple([a.aval for a in arrays]))
+        input_factors = []
+        for j, i in enumerate(positions):
+            arrived = buckets.padded_of(args[i])
+            if arrived is not None:  # a saved activation, still padded
+                if arrived.true != true:
+                    raise buckets.NotBucketable("an input padded for other sizes")
+                arrays[j] = arrived.array
+                input_factors.append((i, arrived.factors))
+            elif i in plan.merged:
+                raise buckets.NotBucketable("an input with a merged dynamic size")
+            elif i in plan.tensor_dims:
+                arrays[j] = buckets.pad_input(arrays[j], plan.tensor_dims[i], padded)
+        input_factors = tuple(input_factors)
+        key = ("padded", statics, kinds, tuple([a.aval for a in arrays]), input_factors)
         jitted = self._jitted.get(key)
         first = jitted is None
         if first:
@@ -432,7 +463,7 @@ class GraphProgram:
             start = time.perf_counter()
         self._last_key = key
         rng = pjrt_random.next_key_parts(index) if self.random_nodes else (0, 0)
-        lengths = jnp.asarray([true[name] for name in plan.names], jnp.int32)
+        lengths = jnp.asarray([true[name] for name in plan.names] + derived_true, jnp.int32)
         metrics.count("graph_executions")
         with jax.enable_x64(True):
             if first and self.dumper is not None and self.dumper.active:
@@ -446,15 +477,27 @@ class GraphProgram:
                 f"{self.name}: {cause} (padded to {padded})",
             )
         record = self._static_outputs[key]
-        return [
-            None if a is None else _true_view(a, record[i], true, index) for i, a in enumerate(outs)
-        ]
+        results = []
+        n_user = len(outs) if self.n_user_outputs is None else self.n_user_outputs
+        for i, a in enumerate(outs):
+            info = record[i]
+            if a is None:
+                results.append(
+                    None if info is None else math.prod(buckets.true_shape((info[1],), true))
+                )
+            elif i < n_user:
+                results.append(_true_view(a, info, true, index))
+            else:  # saved for the backward: stays padded (a view of it if that can be)
+                results.append(_saved(a, info, true, index))
+        return results
 
     def _padded_program(self, key):
-        statics, kinds = key[1], key[2]
+        statics, kinds, input_factors = key[1], key[2], key[4]
         plan = self.plan
         record: dict = {}
         names = plan.names
+
+        derived = {i: len(names) + k for k, i in enumerate(sorted(plan.derived))}
 
         def run(arrays, lengths_vec, rng):
             metrics.count("compile_traces")
@@ -468,14 +511,27 @@ class GraphProgram:
                 name = plan.symbols.get(i)
                 if name is not None:
                     value = buckets.Sym(value, lengths[name], ((value, name),))
+                elif i in derived:
+                    value = buckets.Sym(value, lengths_vec[derived[i]], None)
                 values.append(value)
-            return self._evaluate_padded(values, lengths, rng, record)
+            return self._evaluate_padded(values, lengths, rng, record, input_factors)
 
         run.__name__ = run.__qualname__ = self.name
         jitted = jax.jit(run)
         self._static_outputs[key] = record
         self._jitted[key] = jitted
         return jitted
+
+
+def _saved(array: jax.Array, factors, true: dict, index: int) -> torch.Tensor:
+    """A saved activation: a true-size view where padding is a prefix, else the padded
+    array itself; either way it remembers the padded array for the backward."""
+    try:
+        t = _true_view(array, factors, true, index)
+    except buckets.NotBucketable:
+        t = wrap(array, index)
+    t._pjrt_padded = buckets.Padded(array, factors, dict(true), buckets.true_shape(factors, true))
+    return t
 
 
 def _true_view(array: jax.Array, factors, true: dict, index: int) -> torch.Tensor:
