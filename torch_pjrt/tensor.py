@@ -21,6 +21,7 @@ import torch
 
 from torch_pjrt import runtime
 from torch_pjrt.runtime.transfer import jax_dtype
+from torch_pjrt.runtime.transfer import torch_dtype as _torch_dtype
 
 __all__ = ["Cell", "cell_of", "new_tensor", "read", "write", "wrap"]
 
@@ -182,11 +183,21 @@ def storage_size(shape, strides) -> int:
     return 1 + sum((size - 1) * stride for size, stride in zip(shape, strides))
 
 
+@functools.lru_cache(maxsize=4096)
+def _dense_layout(shape: tuple) -> tuple:
+    """(strides, elements) of a contiguous tensor of this shape."""
+    strides = _contiguous_strides(shape)
+    return strides, storage_size(shape, strides)
+
+
 def new_tensor(shape, dtype: torch.dtype, index: int, array=None, strides=None) -> torch.Tensor:
     """A new pjrt tensor (contiguous unless ``strides``) with its own storage cell."""
     shape = tuple(shape)
-    strides = _contiguous_strides(shape) if strides is None else tuple(strides)
-    size = storage_size(shape, strides)
+    if strides is None:
+        strides, size = _dense_layout(shape)
+    else:
+        strides = tuple(strides)
+        size = storage_size(shape, strides)
     t = _handle(index, shape, strides, dtype, size * dtype.itemsize)
     setattr(t.untyped_storage(), _ATTR, Cell(size, dtype, index, array))
     return t
@@ -194,9 +205,7 @@ def new_tensor(shape, dtype: torch.dtype, index: int, array=None, strides=None) 
 
 def wrap(array: jax.Array, index: int) -> torch.Tensor:
     """A new pjrt tensor holding ``array``."""
-    from torch_pjrt.runtime.transfer import torch_dtype
-
-    return new_tensor(array.shape, torch_dtype(array.dtype), index, array)
+    return new_tensor(array.shape, _torch_dtype(array.dtype), index, array)
 
 
 # --- reading and writing views ------------------------------------------------------

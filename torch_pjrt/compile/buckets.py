@@ -362,6 +362,8 @@ def _on_untagged_dim(t, n, call, args, kwargs, raw, key):
         return result, out
     if name == "select":
         return result, f[:dim] + f[dim + 1 :]
+    if name == "unbind":
+        return result, type(result)(f[:dim] + f[dim + 1 :] for _ in result)
     pieces = result if isinstance(result, (list, tuple)) else [result]
     out = [f[:dim] + (((p.shape[dim], None),),) + f[dim + 1 :] for p in pieces]
     return result, (type(result)(out) if isinstance(result, (list, tuple)) else out[0])

@@ -26,6 +26,7 @@ from torch_pjrt import runtime
 from torch_pjrt.compile import buckets
 from torch_pjrt.diagnostics import metrics
 from torch_pjrt.ops.registry import Lowering, Signature, graph_lookup, lookup
+from torch_pjrt.tensor import _ATTR as _CELL
 from torch_pjrt.tensor import cell_of, read, wrap, write
 
 aten = torch.ops.aten
@@ -346,40 +347,43 @@ class GraphProgram:
         cells maps a donated argument's position to its storage cell."""
         index = None
         for a in args:
-            if isinstance(a, torch.Tensor) and a.device.type == "pjrt":
-                index = a.device.index or 0
+            if isinstance(a, torch.Tensor) and not a.is_cpu:
+                index = a.get_device()
                 break
         if index is None:
             index = pjrt_random.current_device()
         donated, arrays, statics, kinds, cells = [], [], [], [], {}
         mutated = self.mutated
         for i, a in enumerate(args):
-            if isinstance(a, torch.Tensor):
-                device = a.device
-                if device.type == "pjrt":
-                    if (device.index or 0) != index:
-                        raise RuntimeError(
-                            "Expected all tensors to be on the same device, but found at "
-                            f"least two devices, pjrt:{index} and {device}!"
-                        )
-                    value = read(a)
-                    if hasattr(a, "_pjrt_padded") and tuple(a.shape) != a._pjrt_padded.true_shape:
-                        value = buckets.compact(a._pjrt_padded)  # stayed padded: drop it
-                    if i in mutated:
-                        cell = _donatable(a, value)
-                        if cell is not None:
-                            donated.append(value)
-                            kinds.append("d")
-                            cells[i] = cell
-                            continue
-                else:
-                    metrics.count("transfers_to_device")
-                    value = runtime.from_host(a.detach(), runtime.device(index))
-                arrays.append(value)
-                kinds.append("a")
-            else:
+            if not isinstance(a, torch.Tensor):
                 statics.append(_static(a))
                 kinds.append("s")
+                continue
+            if a.is_cpu:
+                metrics.count("transfers_to_device")
+                arrays.append(runtime.from_host(a.detach(), runtime.device(index)))
+                kinds.append("a")
+                continue
+            if a.get_device() != index:  # (not CPU: a pjrt tensor, as Dynamo traced it)
+                raise RuntimeError(
+                    "Expected all tensors to be on the same device, but found at "
+                    f"least two devices, pjrt:{index} and {a.device}!"
+                )
+            value = _whole(a)
+            if value is None:
+                value = read(a)
+                padded = getattr(a, "_pjrt_padded", None)
+                if padded is not None and tuple(a.shape) != padded.true_shape:
+                    value = buckets.compact(padded)  # stayed padded: drop the padding
+            elif i in mutated:
+                cell = _donatable(a, value)
+                if cell is not None:
+                    donated.append(value)
+                    kinds.append("d")
+                    cells[i] = cell
+                    continue
+            arrays.append(value)
+            kinds.append("a")
         return donated, arrays, tuple(statics), index, tuple(kinds), cells
 
     def __call__(self, *args):
@@ -576,6 +580,25 @@ def _static(a):
     if isinstance(a, list):
         return tuple(_static(x) for x in a)
     return a
+
+
+def _whole(t: torch.Tensor):
+    """The array of a tensor that is its whole storage (the common case), else None."""
+    cell = getattr(t.untyped_storage(), _CELL, None)
+    if cell is None:
+        return None
+    array = cell.array
+    if (
+        array is not None
+        and t.dtype == cell.dtype
+        and array.shape == t.shape
+        and t.storage_offset() == 0
+        and t.is_contiguous()
+        and not t.is_conj()
+        and not t.is_neg()
+    ):
+        return array
+    return None
 
 
 # the references a buffer has when only its storage cell (and this call) hold it:
