@@ -109,11 +109,8 @@ def test_training_step_matches_eager(name, opt_name):
             _close(b, a, rtol=1e-4, atol=1e-5, msg=n)
 
 
-def test_training_step_stays_on_device_and_donates():
-    torch.manual_seed(0)
-    model = MODELS["transformer"]().to("pjrt")
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, capturable=True)
-    batch = _batch(MODELS["transformer"])
+def _compiled_step(model, opt):
+    """forward, backward, optimizer step and zero_grad, compiled as one function."""
 
     @torch.compile(backend="pjrt")
     def step(batch):
@@ -123,6 +120,15 @@ def test_training_step_stays_on_device_and_donates():
         opt.zero_grad()
         return loss
 
+    return step
+
+
+def test_training_step_stays_on_device_and_donates():
+    torch.manual_seed(0)
+    model = MODELS["transformer"]().to("pjrt")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, capturable=True)
+    batch = _batch(MODELS["transformer"])
+    step = _compiled_step(model, opt)
     for _ in range(3):
         step(batch)
     storages = [p.untyped_storage().data_ptr() for p in model.parameters()]
@@ -455,15 +461,7 @@ def test_dump_shows_a_training_step_is_one_forward_and_one_backward_program(tmp_
     model = MODELS["mlp"]().to("pjrt")
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     batch = _batch(MODELS["mlp"])
-
-    @torch.compile(backend="pjrt")
-    def step(batch):
-        loss = model.loss(batch)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        return loss
-
+    step = _compiled_step(model, opt)
     torch_pjrt.compile.dump_graphs(tmp_path)
     try:
         step(batch)

@@ -201,12 +201,18 @@ class GraphProgram:
 
     # --- tracing ------------------------------------------------------------------
 
+    def _keys(self, rng):
+        """A function giving each random node of one run its own key (from the device
+        RNG state passed in as ``rng``: seed and offset)."""
+        if not self.random_nodes:
+            return lambda: None
+        base = jax.random.fold_in(jax.random.key(rng[0]), rng[1])
+        draws = itertools.count()
+        return lambda: jax.random.fold_in(base, next(draws))
+
     def _evaluate(self, values: list, rng, record: dict):
         env: dict = dict(zip(self.inputs, values))
-        base_key = None
-        if self.random_nodes:
-            base_key = jax.random.fold_in(jax.random.key(rng[0]), rng[1])
-        draws = itertools.count()
+        next_key = self._keys(rng)
 
         def load(a):
             return env[a] if isinstance(a, torch.fx.Node) else a
@@ -226,8 +232,7 @@ class GraphProgram:
             if call is None:  # size arithmetic on static Python ints
                 env[n] = target(*args, **kwargs)
                 continue
-            key = jax.random.fold_in(base_key, next(draws)) if call.random else None
-            env[n] = call(args, kwargs, key)
+            env[n] = call(args, kwargs, next_key() if call.random else None)
         outs = []
         for i, o in enumerate(self.outputs):
             v = load(o)
@@ -250,10 +255,7 @@ class GraphProgram:
             trace.fac[self.inputs[i]] = tuple(factors)
         for i, factors in input_factors:  # saved activations that arrive padded
             trace.fac[self.inputs[i]] = factors
-        base_key = None
-        if self.random_nodes:
-            base_key = jax.random.fold_in(jax.random.key(rng[0]), rng[1])
-        draws = itertools.count()
+        next_key = self._keys(rng)
 
         def raw(a):
             return env[a] if isinstance(a, torch.fx.Node) else a
@@ -289,7 +291,7 @@ class GraphProgram:
                 d = buckets._wrap(args[1], len(f))
                 env[n] = buckets.Sym(args[0].shape[d], buckets._true_count(f, [d], lengths), f[d])
                 continue
-            key = jax.random.fold_in(base_key, next(draws)) if call.random else None
+            key = next_key() if call.random else None
             env[n], trace.fac[n] = trace.run_node(n, call, args, kwargs, raw_args, key)
         outs = []
         for i, o in enumerate(self.outputs):
