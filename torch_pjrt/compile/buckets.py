@@ -217,6 +217,8 @@ class PaddedTrace:
         if not padded and not syms:
             result = call(args, kwargs, key)
             return result, _facs_of_result(result)
+        if syms:
+            _check_sizes_only(op, raw_args)
         rule = _RULES.get(name)
         if rule is None:
             if torch.Tag.pointwise in op.tags or name in _POINTWISE_EXTRA:
@@ -232,6 +234,21 @@ class PaddedTrace:
         if isinstance(node_arg, torch.fx.Node):
             return self.fac.get(node_arg, _untagged(getattr(value, "shape", ())))
         return _untagged(getattr(value, "shape", ()))
+
+
+def _check_sizes_only(op: OpOverload, raw_args) -> None:
+    """A padded size may only be used as a size: as a value (a fill value, a divisor)
+    its padded value would be wrong."""
+    schema = op._schema.arguments
+    for a, value in zip(schema, raw_args):
+        if not any(isinstance(v, Sym) for v in _flat(value)):
+            continue
+        kind = str(a.type)  # SymInt and SymInt[] print as int and List[int]
+        if "int" in kind and not any(w in kind for w in ("number", "float", "Scalar")):
+            continue
+        if _name(op) == "arange":  # its Scalar bounds are its size (the arange rule)
+            continue
+        raise NotBucketable(f"a dynamic size used as a value by {op}")
 
 
 def _flat(x):
@@ -261,6 +278,8 @@ def _pointwise(t, n, call, args, kwargs, raw, key):
     result = call(args, kwargs, key)
     facs = [t.f(a, v) for a, v in zip(n.args, args) if hasattr(v, "shape")]
     facs += [t.f(n.kwargs[k], kwargs[k]) for k in n.kwargs if hasattr(kwargs[k], "shape")]
+    if isinstance(result, (list, tuple)):  # frexp: several outputs of one shape
+        return result, type(result)(_broadcast(facs, r.shape) for r in result)
     return result, _broadcast(facs, result.shape)
 
 
@@ -347,10 +366,32 @@ def _on_untagged_dim(t, n, call, args, kwargs, raw, key):
             return result, f[:dim] + (end.factors,) + f[dim + 1 :]
     if name == "slice" and result.shape[dim] == first.shape[dim] and (len(raw) < 5 or raw[4] == 1):
         return result, f  # a full slice (x[:, 0:], logits_to_keep=0): nothing changes
+    if _tagged(f[dim]) and len(f[dim]) == 1:
+        # the first elements of a padded dimension are always valid: Dynamo keeps 0
+        # and 1 static, so a symbolic size is at least 2
+        start = raw[2] if name == "slice" and len(raw) > 2 else None
+        end = raw[3] if name == "slice" and len(raw) > 3 else None
+        step = raw[4] if name == "slice" and len(raw) > 4 else 1
+        if (
+            name == "slice"
+            and start in (0, None)
+            and step == 1
+            and isinstance(end, int)
+            and (end <= 2)
+        ):
+            return result, f[:dim] + (((result.shape[dim], None),),) + f[dim + 1 :]
+        if name == "select" and isinstance(raw[2], int) and 0 <= raw[2] < 2:
+            return result, f[:dim] + f[dim + 1 :]
     if _tagged(f[dim]):
         raise NotBucketable(f"{name} along a padded dimension")
     if name == "cat":
         facs = [t.f(a, v) for a, v in zip(n.args[0], args[0])]
+        if any(len(g) > dim and _tagged(g[dim]) for g in facs):
+            nonempty = [g for g, v in zip(facs, args[0]) if v.ndim > dim and v.shape[dim]]
+            if len(nonempty) != 1:
+                raise NotBucketable("cat along a padded dimension")
+            # an empty cache then the new keys: the result is the one padded piece
+            return result, _broadcast([nonempty[0]], result.shape)
         shape = result.shape
         out = _broadcast(
             [
@@ -630,16 +671,25 @@ def plan(program) -> Plan | None:
     A training forward hands the activations it saves for the backward over padded as
     they are (``Padded``); the backward takes them so, and pads its other inputs.
     """
-    if settings.buckets is None or program.mutated:
+    if settings.buckets is None or program.mutated or program.alias_outputs:
         return None
+    # the symbols to pad: those that are sizes of tensor inputs (a symbolic int that is
+    # only a value, a fill value say, stays exact)
+    dims_of = set()
+    for node in program.inputs:
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            for size in val.shape:
+                if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+                    dims_of.add(str(size.node.expr))
     symbols, tensor_dims, derived = {}, {}, {}
     for i, node in enumerate(program.inputs):
         val = node.meta.get("val")
         if isinstance(val, torch.SymInt):
             expr = val.node.expr
-            if expr.is_Symbol:
+            if expr.is_Symbol and str(expr) in dims_of:
                 symbols[i] = str(expr)
-            else:
+            elif not expr.is_Symbol:
                 derived[i] = expr  # a size computed from symbols (2*s0): kept as it is
     if not symbols:
         return None

@@ -88,7 +88,8 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str):
     calls = [n for n in gm.graph.nodes if n.op == "call_function"]
     unsupported = [n for n in calls if not node_supported(n)]
     if not unsupported:
-        program = GraphProgram(gm, kind, n_user_outputs=_user_outputs(kind))
+        n_user, aliases = _output_info(kind)
+        program = GraphProgram(gm, kind, n_user_outputs=n_user, alias_outputs=aliases)
         program.dumper = _DUMPER
         return _boxed(lambda *args: _unpack(program, args))
     for n in unsupported:
@@ -112,15 +113,24 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str):
     return _boxed(fused.forward)
 
 
-def _user_outputs(kind: str):
-    """How many outputs of a training forward are the user's (AOT autograd's metadata)."""
-    if kind != "forward":
-        return None
+def _output_info(kind: str):
+    """From AOT autograd's metadata: how many outputs of a training forward are the
+    user's (None: all), and which graph outputs alias an input or another output (AOT
+    rebuilds those from the strides we return)."""
+    if kind == "backward":
+        return None, frozenset()
     from torch._guards import TracingContext
 
-    context = TracingContext.try_get()
-    meta = getattr(context, "fw_metadata", None)
-    return getattr(meta, "num_forward", None)
+    meta = getattr(TracingContext.try_get(), "fw_metadata", None)
+    if meta is None:
+        return None, frozenset(range(10**6))  # unknown: treat every output as an alias
+    first = meta.num_mutated_inp_runtime_indices
+    # NOTE: unsafe_view_alias outputs are returned as they are, like non-aliases
+    plain = ("non_alias", "unsafe_view_alias")
+    aliases = frozenset(
+        first + i for i, info in enumerate(meta.output_info) if info.output_type.name not in plain
+    )
+    return (meta.num_forward if kind == "forward" else None), aliases
 
 
 def _unpack(program: GraphProgram, args):

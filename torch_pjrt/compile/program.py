@@ -150,6 +150,8 @@ class GraphProgram:
         parent_kind: for a part, the kind of the graph it was split from.
         n_user_outputs: for a training forward, how many outputs are the user's (the
             rest are saved for the backward and may stay padded).
+        alias_outputs: positions of outputs that alias an input (no bucket padding
+            then: their strides must be the input's).
     """
 
     def __init__(
@@ -158,9 +160,12 @@ class GraphProgram:
         kind: str = "inference",
         parent_kind=None,
         n_user_outputs: int | None = None,
+        alias_outputs=frozenset(),
     ):
         self.gm = gm
         self.kind = kind
+        # outputs AOT autograd rebuilds as views of an input from our strides
+        self.alias_outputs = alias_outputs
         # a training forward returns the user's outputs, then what the backward saves
         self.n_user_outputs = n_user_outputs
         self.parent_kind = parent_kind  # for a part: the kind of the graph it came from
@@ -198,6 +203,16 @@ class GraphProgram:
         self._last_key = None
         self.dumper = None  # set by the backend: has .active and .write(program, lowered)
         self.plan = buckets.plan(self)  # padding symbolic sizes to buckets, if any
+        # outputs the user sees keep the strides and offset PyTorch gives them: AOT
+        # autograd rebuilds outputs that alias an input from exactly these
+        user = len(self.outputs) if self.kind != "backward" else 0
+        if self.n_user_outputs is not None:
+            user = self.n_user_outputs
+        self.layouts = {
+            i: layout
+            for i, o in enumerate(self.outputs[:user])
+            if (layout := _strided_layout(o)) is not None
+        }
 
     # --- tracing ------------------------------------------------------------------
 
@@ -432,7 +447,31 @@ class GraphProgram:
             else:
                 write(args[p], value)
         record = self._static_outputs[key]
-        return [record[i] if a is None else wrap(a, index) for i, a in enumerate(outs)]
+        results = []
+        values = None
+        for i, a in enumerate(outs):
+            if a is None:
+                results.append(record[i])
+                continue
+            layout = self.layouts.get(i)
+            if layout is not None:
+                if values is None:  # this call's symbol values
+                    values = self._symbol_values(args)
+                layout = _concrete(layout, values, a.shape)
+            results.append(wrap(a, index) if layout is None else _wrap_strided(a, layout, index))
+        return results
+
+    def _symbol_values(self, args) -> dict:
+        values = {}
+        for node, a in zip(self.inputs, args):
+            val = node.meta.get("val")
+            if isinstance(val, torch.SymInt) and val.node.expr.is_Symbol:
+                values[val.node.expr] = int(a)
+            elif isinstance(val, torch.Tensor) and isinstance(a, torch.Tensor):
+                for size, n in zip(val.shape, a.shape):
+                    if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+                        values[size.node.expr] = n
+        return values
 
     def _call_padded(self, args):
         """Run on inputs padded to buckets; outputs are views with the true sizes."""
@@ -527,6 +566,58 @@ class GraphProgram:
         self._static_outputs[key] = record
         self._jitted[key] = jitted
         return jitted
+
+
+def _expr(x):
+    """An int, or the sympy expression of a symbolic size (read without adding a guard)."""
+    return x.node.expr if isinstance(x, torch.SymInt) else int(x)
+
+
+def _strided_layout(node):
+    """(strides, storage offset) of an output whose layout may not be plain row-major;
+    symbolic ones are sympy expressions, evaluated per call (``_concrete``)."""
+    val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    if not isinstance(val, torch.Tensor):
+        return None
+    shape = tuple(map(_expr, val.shape))
+    strides, offset = tuple(map(_expr, val.stride())), _expr(val.storage_offset())
+    if all(isinstance(x, int) for x in (*shape, *strides, offset)):
+        from torch_pjrt.tensor import _is_contiguous
+
+        if offset == 0 and _is_contiguous(shape, strides):
+            return None
+    return strides, offset
+
+
+def _concrete(layout, values: dict, shape):
+    """The layout with every symbol replaced by this call's value; None when it is
+    plain row-major (or cannot be evaluated)."""
+    from torch_pjrt.tensor import _is_contiguous
+
+    strides, offset = layout
+    try:
+        strides = tuple(x if isinstance(x, int) else int(x.subs(values)) for x in strides)
+        offset = offset if isinstance(offset, int) else int(offset.subs(values))
+    except (TypeError, ValueError):
+        return None
+    if offset == 0 and _is_contiguous(shape, strides):
+        return None
+    if any(st == 0 and n > 1 for n, st in zip(shape, strides)):
+        return None  # an expanded output: stored densely
+    return strides, offset
+
+
+def _wrap_strided(array: jax.Array, layout, index: int) -> torch.Tensor:
+    """A new tensor holding ``array`` with the given strides and storage offset."""
+    from torch_pjrt.runtime.transfer import torch_dtype
+    from torch_pjrt.tensor import new_tensor, storage_size
+
+    strides, offset = layout
+    shape = tuple(array.shape)
+    base = new_tensor((offset + storage_size(shape, strides),), torch_dtype(array.dtype), index)
+    view = aten.as_strided.default(base, shape, strides, offset)
+    write(view, array)
+    return view
 
 
 def _saved(array: jax.Array, factors, true: dict, index: int) -> torch.Tensor:

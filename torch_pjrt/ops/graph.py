@@ -104,6 +104,8 @@ def squeeze(self):
 
 @in_graphs(aten.squeeze.dim, aten.squeeze.dims, aten.squeeze_copy.dim, aten.squeeze_copy.dims)
 def squeeze_dims(self, dim):
+    if self.ndim == 0:
+        return self
     dims = (dim,) if isinstance(dim, int) else tuple(dim)
     dims = {_dim(d, self.ndim) for d in dims}
     return jnp.squeeze(self, tuple(d for d in sorted(dims) if self.shape[d] == 1))

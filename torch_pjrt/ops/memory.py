@@ -262,6 +262,19 @@ def _has_compatible_shallow_copy_type(self, from_):
     )
 
 
+@implements(aten._assert_async.default)
+def _assert_async(self):
+    # NOTE: checked at once (a host sync), as CPU PyTorch does
+    if not _local_scalar_dense(self):
+        raise RuntimeError("Expected Tensor with single nonzero value, but got zero")
+
+
+@implements(aten._assert_async.msg)
+def _assert_async_msg(self, assert_msg):
+    if not _local_scalar_dense(self):
+        raise RuntimeError(assert_msg)
+
+
 @implements(aten.is_pinned.default)
 def is_pinned(self, device=None):
     return False
