@@ -1053,131 +1053,69 @@ def _upsample_backward(forward, grad_output, input_size):
     return _vjp(forward, (primal,), grad_output, (True,))[0]
 
 
-@lowers(aten.upsample_nearest1d.default)
-def upsample_nearest1d(self, output_size, scales=None):
-    return _upsample_nearest(self, tuple(output_size), (scales,), False)
+def _scales(output_size, scales, scales_d, scales_h, scales_w) -> tuple:
+    """The per-dim scale factors of an upsample schema (1d: scales; 2d: h, w; 3d: d, h, w)."""
+    return {1: (scales,), 2: (scales_h, scales_w), 3: (scales_d, scales_h, scales_w)}[
+        len(output_size)
+    ]
 
 
-@lowers(aten.upsample_nearest2d.default)
-def upsample_nearest2d(self, output_size, scales_h=None, scales_w=None):
-    return _upsample_nearest(self, tuple(output_size), (scales_h, scales_w), False)
+def _nearest(exact: bool):
+    def upsample(self, output_size, scales=None, scales_d=None, scales_h=None, scales_w=None):
+        scale = _scales(output_size, scales, scales_d, scales_h, scales_w)
+        return _upsample_nearest(self, tuple(output_size), scale, exact)
+
+    def backward(
+        grad_output, output_size, input_size, scales=None, scales_d=None, scales_h=None,
+        scales_w=None,
+    ):  # fmt: skip
+        scale = _scales(output_size, scales, scales_d, scales_h, scales_w)
+
+        def forward(x):
+            return _upsample_nearest(x, tuple(output_size), scale, exact)
+
+        return _upsample_backward(forward, grad_output, input_size)
+
+    return upsample, backward
 
 
-@lowers(aten.upsample_nearest3d.default)
-def upsample_nearest3d(self, output_size, scales_d=None, scales_h=None, scales_w=None):
-    return _upsample_nearest(self, tuple(output_size), (scales_d, scales_h, scales_w), False)
+_NEAREST = (
+    (False, "upsample_nearest{}d"),
+    (True, "_upsample_nearest_exact{}d"),
+)
+for _exact, _name in _NEAREST:
+    _forward, _backward = _nearest(_exact)
+    lowers(*(getattr(aten, _name.format(n)).default for n in (1, 2, 3)))(_forward)
+    lowers(*(getattr(aten, _name.format(n) + "_backward").default for n in (1, 2, 3)))(_backward)
 
 
-@lowers(aten._upsample_nearest_exact1d.default)
-def _upsample_nearest_exact1d(self, output_size, scales=None):
-    return _upsample_nearest(self, tuple(output_size), (scales,), True)
+@lowers(
+    aten.upsample_linear1d.default,
+    aten.upsample_bilinear2d.default,
+    aten.upsample_trilinear3d.default,
+)
+def upsample_linear(
+    self, output_size, align_corners, scales=None, scales_d=None, scales_h=None, scales_w=None
+):
+    scale = _scales(output_size, scales, scales_d, scales_h, scales_w)
+    return _upsample_linear(self, tuple(output_size), align_corners, scale)
 
 
-@lowers(aten._upsample_nearest_exact2d.default)
-def _upsample_nearest_exact2d(self, output_size, scales_h=None, scales_w=None):
-    return _upsample_nearest(self, tuple(output_size), (scales_h, scales_w), True)
+@lowers(
+    aten.upsample_linear1d_backward.default,
+    aten.upsample_bilinear2d_backward.default,
+    aten.upsample_trilinear3d_backward.default,
+)
+def upsample_linear_backward(
+    grad_output, output_size, input_size, align_corners, scales=None, scales_d=None,
+    scales_h=None, scales_w=None,
+):  # fmt: skip
+    scale = _scales(output_size, scales, scales_d, scales_h, scales_w)
 
-
-@lowers(aten._upsample_nearest_exact3d.default)
-def _upsample_nearest_exact3d(self, output_size, scales_d=None, scales_h=None, scales_w=None):
-    return _upsample_nearest(self, tuple(output_size), (scales_d, scales_h, scales_w), True)
-
-
-def _nearest_backward(grad_output, output_size, input_size, scales, exact):
     def forward(x):
-        return _upsample_nearest(x, tuple(output_size), scales, exact)
+        return _upsample_linear(x, tuple(output_size), align_corners, scale)
 
     return _upsample_backward(forward, grad_output, input_size)
-
-
-@lowers(aten.upsample_nearest1d_backward.default)
-def upsample_nearest1d_backward(grad_output, output_size, input_size, scales=None):
-    return _nearest_backward(grad_output, output_size, input_size, (scales,), False)
-
-
-@lowers(aten.upsample_nearest2d_backward.default)
-def upsample_nearest2d_backward(grad_output, output_size, input_size, scales_h=None, scales_w=None):
-    return _nearest_backward(grad_output, output_size, input_size, (scales_h, scales_w), False)
-
-
-@lowers(aten.upsample_nearest3d_backward.default)
-def upsample_nearest3d_backward(
-    grad_output, output_size, input_size, scales_d=None, scales_h=None, scales_w=None
-):
-    scales = (scales_d, scales_h, scales_w)
-    return _nearest_backward(grad_output, output_size, input_size, scales, False)
-
-
-@lowers(aten._upsample_nearest_exact1d_backward.default)
-def _upsample_nearest_exact1d_backward(grad_output, output_size, input_size, scales=None):
-    return _nearest_backward(grad_output, output_size, input_size, (scales,), True)
-
-
-@lowers(aten._upsample_nearest_exact2d_backward.default)
-def _upsample_nearest_exact2d_backward(
-    grad_output, output_size, input_size, scales_h=None, scales_w=None
-):
-    return _nearest_backward(grad_output, output_size, input_size, (scales_h, scales_w), True)
-
-
-@lowers(aten._upsample_nearest_exact3d_backward.default)
-def _upsample_nearest_exact3d_backward(
-    grad_output, output_size, input_size, scales_d=None, scales_h=None, scales_w=None
-):
-    scales = (scales_d, scales_h, scales_w)
-    return _nearest_backward(grad_output, output_size, input_size, scales, True)
-
-
-@lowers(aten.upsample_linear1d.default)
-def upsample_linear1d(self, output_size, align_corners, scales=None):
-    return _upsample_linear(self, tuple(output_size), align_corners, (scales,))
-
-
-@lowers(aten.upsample_bilinear2d.default)
-def upsample_bilinear2d(self, output_size, align_corners, scales_h=None, scales_w=None):
-    return _upsample_linear(self, tuple(output_size), align_corners, (scales_h, scales_w))
-
-
-@lowers(aten.upsample_trilinear3d.default)
-def upsample_trilinear3d(
-    self, output_size, align_corners, scales_d=None, scales_h=None, scales_w=None
-):
-    scales = (scales_d, scales_h, scales_w)
-    return _upsample_linear(self, tuple(output_size), align_corners, scales)
-
-
-def _linear_backward(grad_output, output_size, input_size, align_corners, scales):
-    def forward(x):
-        return _upsample_linear(x, tuple(output_size), align_corners, scales)
-
-    return _upsample_backward(forward, grad_output, input_size)
-
-
-@lowers(aten.upsample_linear1d_backward.default)
-def upsample_linear1d_backward(grad_output, output_size, input_size, align_corners, scales=None):
-    return _linear_backward(grad_output, output_size, input_size, align_corners, (scales,))
-
-
-@lowers(aten.upsample_bilinear2d_backward.default)
-def upsample_bilinear2d_backward(
-    grad_output, output_size, input_size, align_corners, scales_h=None, scales_w=None
-):
-    scales = (scales_h, scales_w)
-    return _linear_backward(grad_output, output_size, input_size, align_corners, scales)
-
-
-@lowers(aten.upsample_trilinear3d_backward.default)
-def upsample_trilinear3d_backward(
-    grad_output,
-    output_size,
-    input_size,
-    align_corners,
-    scales_d=None,
-    scales_h=None,
-    scales_w=None,
-):
-    scales = (scales_d, scales_h, scales_w)
-    return _linear_backward(grad_output, output_size, input_size, align_corners, scales)
 
 
 @lowers(aten.glu.default)
