@@ -23,7 +23,7 @@ from torch_pjrt import runtime
 from torch_pjrt.runtime.transfer import jax_dtype
 from torch_pjrt.runtime.transfer import torch_dtype as _torch_dtype
 
-__all__ = ["Cell", "cell_of", "new_tensor", "read", "write", "wrap"]
+__all__ = ["Cell", "cell_of", "new_tensor", "read", "whole", "write", "wrap"]
 
 _ATTR = "_pjrt_cell"
 
@@ -196,14 +196,18 @@ def _dense_layout(shape: tuple) -> tuple:
     return strides, storage_size(shape, strides)
 
 
-def new_tensor(shape, dtype: torch.dtype, index: int, array=None, strides=None) -> torch.Tensor:
-    """A new pjrt tensor (contiguous unless ``strides``) with its own storage cell."""
+def new_tensor(
+    shape, dtype: torch.dtype, index: int, array=None, strides=None, size=None
+) -> torch.Tensor:
+    """A new pjrt tensor (contiguous unless ``strides``) with its own storage cell of
+    ``size`` elements (default: just what the view needs)."""
     shape = tuple(shape)
     if strides is None:
-        strides, size = _dense_layout(shape)
+        strides, needed = _dense_layout(shape)
     else:
         strides = tuple(strides)
-        size = storage_size(shape, strides)
+        needed = storage_size(shape, strides)
+    size = needed if size is None else size
     t = _handle(index, shape, strides, dtype, size * dtype.itemsize)
     setattr(t.untyped_storage(), _ATTR, Cell(size, dtype, index, array))
     return t
@@ -293,9 +297,32 @@ def _reinterpret(a: jax.Array, dtype) -> jax.Array:
 
 def read(t: torch.Tensor) -> jax.Array:
     """The JAX array of a pjrt tensor's current value (its view of the storage)."""
+    a = whole(t)
+    if a is not None:
+        return a
     if t.is_conj() or t.is_neg():
         return _resolve_bits(t, _read(t))
     return _read(t)
+
+
+def whole(t: torch.Tensor) -> jax.Array | None:
+    """The array of a tensor that is its whole storage (the common case: nothing to
+    gather, reinterpret or resolve), else None."""
+    cell = getattr(t.untyped_storage(), _ATTR, None)
+    if cell is None:
+        return None
+    array = cell.array
+    if (
+        array is not None
+        and t.dtype == cell.dtype
+        and array.shape == t.shape
+        and t.storage_offset() == 0
+        and t.is_contiguous()
+        and not t.is_conj()
+        and not t.is_neg()
+    ):
+        return array
+    return None
 
 
 def _resolve_bits(t: torch.Tensor, a: jax.Array) -> jax.Array:

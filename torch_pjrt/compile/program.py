@@ -26,8 +26,7 @@ from torch_pjrt import runtime
 from torch_pjrt.compile import buckets
 from torch_pjrt.diagnostics import metrics
 from torch_pjrt.ops.registry import Lowering, Signature, graph_lookup, lookup
-from torch_pjrt.tensor import _ATTR as _CELL
-from torch_pjrt.tensor import cell_of, read, wrap, write
+from torch_pjrt.tensor import cell_of, new_tensor, read, whole, wrap, write
 
 aten = torch.ops.aten
 
@@ -386,7 +385,7 @@ class GraphProgram:
                     "Expected all tensors to be on the same device, but found at "
                     f"least two devices, pjrt:{index} and {a.device}!"
                 )
-            value = _whole(a)
+            value = whole(a)
             if value is None:
                 value = read(a)
                 padded = getattr(a, "_pjrt_padded", None)
@@ -610,7 +609,7 @@ def _concrete(layout, values: dict, shape):
 def _wrap_strided(array: jax.Array, layout, index: int) -> torch.Tensor:
     """A new tensor holding ``array`` with the given strides and storage offset."""
     from torch_pjrt.runtime.transfer import torch_dtype
-    from torch_pjrt.tensor import new_tensor, storage_size
+    from torch_pjrt.tensor import storage_size
 
     strides, offset = layout
     shape = tuple(array.shape)
@@ -635,7 +634,7 @@ def _true_view(array: jax.Array, factors, true: dict, index: int) -> torch.Tenso
     """A tensor with the true sizes viewing a padded result (valid elements form a
     prefix of every dimension: only a dimension's outermost factor may be padded)."""
     from torch_pjrt.runtime.transfer import torch_dtype
-    from torch_pjrt.tensor import _ATTR, Cell, _contiguous_strides, _handle
+    from torch_pjrt.tensor import _contiguous_strides
 
     if not any(t is not None for dim in factors for _, t in dim):
         return wrap(array, index)
@@ -645,11 +644,8 @@ def _true_view(array: jax.Array, factors, true: dict, index: int) -> torch.Tenso
             raise buckets.NotBucketable("an output padded inside a merged dimension")
         (n, t), inner = dim[0], math.prod(m for m, _ in dim[1:])
         shape.append((true[t] if t is not None else n) * inner)
-    dtype = torch_dtype(array.dtype)
     strides = _contiguous_strides(array.shape)
-    t = _handle(index, tuple(shape), strides, dtype, array.size * dtype.itemsize)
-    setattr(t.untyped_storage(), _ATTR, Cell(array.size, dtype, index, array))
-    return t
+    return new_tensor(shape, torch_dtype(array.dtype), index, array, strides, size=array.size)
 
 
 def _cause(old, new) -> str:
@@ -673,25 +669,6 @@ def _static(a):
     if isinstance(a, list):
         return tuple(_static(x) for x in a)
     return a
-
-
-def _whole(t: torch.Tensor):
-    """The array of a tensor that is its whole storage (the common case), else None."""
-    cell = getattr(t.untyped_storage(), _CELL, None)
-    if cell is None:
-        return None
-    array = cell.array
-    if (
-        array is not None
-        and t.dtype == cell.dtype
-        and array.shape == t.shape
-        and t.storage_offset() == 0
-        and t.is_contiguous()
-        and not t.is_conj()
-        and not t.is_neg()
-    ):
-        return array
-    return None
 
 
 # the references a buffer has when only its storage cell (and this call) hold it:
