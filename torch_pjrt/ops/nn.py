@@ -607,38 +607,34 @@ def _avg_pool(self, n, kernel_size, stride, padding, ceil_mode, count_include_pa
     return (total / jnp.asarray(scale, total.dtype)).astype(self.dtype)
 
 
-@lowers(aten.avg_pool2d.default)
-def avg_pool2d(
-    self,
-    kernel_size,
-    stride=(),
-    padding=0,
-    ceil_mode=False,
-    count_include_pad=True,
-    divisor_override=None,
-):
-    return _avg_pool(
-        self, 2, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override
-    )
+def _avg_pool_forward(n: int):
+    """avg_pool{n}d (the rank of an unbatched 3d input equals a batched 2d one's, so n
+    comes from the op, not the input)."""
+
+    def forward(
+        self,
+        kernel_size,
+        stride=(),
+        padding=0,
+        ceil_mode=False,
+        count_include_pad=True,
+        divisor_override=None,
+    ):
+        return _avg_pool(
+            self, n, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override
+        )
+
+    return forward
 
 
-@lowers(aten.avg_pool3d.default)
-def avg_pool3d(
-    self,
-    kernel_size,
-    stride=(),
-    padding=0,
-    ceil_mode=False,
-    count_include_pad=True,
-    divisor_override=None,
-):
-    return _avg_pool(
-        self, 3, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override
-    )
+lowers(aten.avg_pool2d.default)(_avg_pool_forward(2))
+lowers(aten.avg_pool3d.default)(_avg_pool_forward(3))
 
 
 def _avg_pool_backward(n: int):
     """avg_pool{n}d_backward: the gradient of the forward pooling (one function, n dims)."""
+
+    pool = _avg_pool_forward(n)
 
     def backward(
         grad_output,
@@ -651,16 +647,8 @@ def _avg_pool_backward(n: int):
         divisor_override,
     ):
         def forward(x):
-            return _avg_pool(
-                x,
-                n,
-                kernel_size,
-                stride,
-                padding,
-                ceil_mode,
-                count_include_pad,
-                divisor_override,
-            )
+            args = (kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+            return pool(x, *args)
 
         return _vjp(forward, (self,), grad_output, (True,))[0]
 
