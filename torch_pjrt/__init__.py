@@ -29,17 +29,31 @@ import torch  # noqa: E402, F401
 from torch_pjrt import _device  # noqa: E402
 from torch_pjrt.config import config, settings  # noqa: E402
 from torch_pjrt.diagnostics import metrics  # noqa: E402
+from torch_pjrt.modes import (  # noqa: E402
+    StrictModeError,
+    get_mode,
+    mode,
+    set_mode,
+    step,
+    strict,
+)
 from torch_pjrt.ops.registry import LoweringMissing  # noqa: E402
 from torch_pjrt.runtime import PlatformError, current_platform, init  # noqa: E402
 
 __all__ = [
     "LoweringMissing",
     "PlatformError",
+    "StrictModeError",
     "config",
     "current_platform",
+    "get_mode",
     "init",
     "metrics",
+    "mode",
+    "set_mode",
     "settings",
+    "step",
+    "strict",
 ]
 
 __version__ = "0.1.0"

@@ -70,9 +70,11 @@ class DeviceModule:
         """Wait for all work queued on the device (every live pjrt array)."""
         import jax
 
+        from torch_pjrt import fused
         from torch_pjrt.diagnostics import metrics
 
         metrics.host_sync()
+        fused.flush_all("synchronize")
         dev = runtime.device(_index(device))
         for array in jax.live_arrays(dev.platform):
             if dev in array.devices():

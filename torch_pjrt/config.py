@@ -36,6 +36,19 @@ class Config:
         buckets: how compiled graphs with dynamic sizes pad them: ``"pow2"`` (the next
             power of two), a sorted tuple of sizes, or None for no padding (one program
             per size). ``TORCH_PJRT_BUCKETS``: ``pow2``, ``16,32,64,128`` or ``0``.
+        mode: the execution mode, ``"debug"``, ``"eager"`` or ``"fused"``
+            (``TORCH_PJRT_MODE``; see :mod:`torch_pjrt.modes` and docs/modes.md).
+        fused_max_ops: in fused mode, the recording runs as a program once it holds
+            this many ops (``TORCH_PJRT_FUSED_MAX_OPS``, default 5000).
+        check_nan: raise at the first op whose result has a NaN or an infinity
+            (``TORCH_PJRT_CHECK_NAN``); ops then run one at a time, synchronously.
+        check_numerics: run every op on the CPU too and warn at the first op whose
+            result differs beyond tolerance (``TORCH_PJRT_CHECK_NUMERICS``); ops then run
+            one at a time, synchronously.
+        strict: raise on CPU fallbacks, and on host syncs and compilations inside a
+            ``torch_pjrt.step()`` after warm-up (``TORCH_PJRT_STRICT``).
+        strict_warmup: steps that may compile and sync in strict mode
+            (``TORCH_PJRT_STRICT_WARMUP``, default 2).
     """
 
     fallback: str = "cpu"
@@ -44,6 +57,12 @@ class Config:
     cache_dir: str | None = None
     cache_min_seconds: float = 0.2
     buckets: object = "pow2"
+    mode: str = "eager"
+    fused_max_ops: int = 5000
+    check_nan: bool = False
+    check_numerics: bool = False
+    strict: bool = False
+    strict_warmup: int = 2
 
     @classmethod
     def from_env(cls) -> Config:
@@ -56,6 +75,12 @@ class Config:
             cache_dir=_cache_dir(),
             cache_min_seconds=float(os.environ.get("TORCH_PJRT_CACHE_MIN_SECONDS", "0.2")),
             buckets=_buckets(os.environ.get("TORCH_PJRT_BUCKETS", "pow2")),
+            mode=os.environ.get("TORCH_PJRT_MODE", "eager").strip().lower() or "eager",
+            fused_max_ops=int(os.environ.get("TORCH_PJRT_FUSED_MAX_OPS", "5000")),
+            check_nan=_env_bool("TORCH_PJRT_CHECK_NAN", False),
+            check_numerics=_env_bool("TORCH_PJRT_CHECK_NUMERICS", False),
+            strict=_env_bool("TORCH_PJRT_STRICT", False),
+            strict_warmup=int(os.environ.get("TORCH_PJRT_STRICT_WARMUP", "2")),
         )
 
 

@@ -19,11 +19,13 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from torch_pjrt import runtime
+from torch_pjrt import fused, runtime
+from torch_pjrt.config import settings
+from torch_pjrt.fused import Pending
 from torch_pjrt.runtime.transfer import jax_dtype
 from torch_pjrt.runtime.transfer import torch_dtype as _torch_dtype
 
-__all__ = ["Cell", "cell_of", "new_tensor", "read", "whole", "write", "wrap"]
+__all__ = ["Cell", "cell_of", "new_tensor", "read", "read_lazy", "whole", "write", "wrap"]
 
 _ATTR = "_pjrt_cell"
 
@@ -36,19 +38,32 @@ class Cell:
     ``size``; usually the shape of the tensor that made it).
     """
 
-    __slots__ = ("array", "dtype", "index", "size", "__weakref__")
+    __slots__ = ("_value", "dtype", "index", "size", "__weakref__")
 
     def __init__(self, size: int, dtype: torch.dtype, index: int, array=None):
         self.size = size
         self.dtype = dtype
         self.index = index
-        self.array = array
+        self._value = array
 
-    def materialize(self) -> jax.Array:
-        if self.array is None:
-            with jax.enable_x64(True):
-                self.array = _zeros_program(self.size, self.dtype, self.index)()
-        return self.array
+    @property
+    def array(self) -> jax.Array | None:
+        """The storage's array; a pending value (fused mode) is computed first."""
+        v = self._value
+        if v.__class__ is Pending:
+            v = self._value = v.concrete()
+        return v
+
+    @array.setter
+    def array(self, value) -> None:
+        self._value = value  # an array, or a Pending in fused mode
+
+    def materialize(self, lazy: bool = False):
+        """The storage's value, zeros if it was never written (pending if ``lazy``)."""
+        if self._value is None:
+            program = _zeros_program(self.size, self.dtype, self.index)
+            self._value = fused.apply(program, (), self.index, "zeros")
+        return self._value if lazy else self.array
 
 
 @functools.lru_cache(maxsize=1024)
@@ -295,23 +310,31 @@ def _reinterpret(a: jax.Array, dtype) -> jax.Array:
     return out != 0 if target is not dtype else out
 
 
-def read(t: torch.Tensor) -> jax.Array:
-    """The JAX array of a pjrt tensor's current value (its view of the storage)."""
-    a = whole(t)
+def read(t: torch.Tensor, lazy: bool = False) -> jax.Array:
+    """The JAX array of a pjrt tensor's current value (its view of the storage).
+
+    With ``lazy`` (fused mode), the value may be :class:`~torch_pjrt.fused.Pending`.
+    """
+    a = whole(t, lazy)
     if a is not None:
         return a
     if t.is_conj() or t.is_neg():
         return _resolve_bits(t, _read(t))
-    return _read(t)
+    return _read(t, lazy)
 
 
-def whole(t: torch.Tensor) -> jax.Array | None:
+def read_lazy(t: torch.Tensor):
+    """:func:`read` that leaves fused mode's pending values pending."""
+    return read(t, True)
+
+
+def whole(t: torch.Tensor, lazy: bool = False) -> jax.Array | None:
     """The array of a tensor that is its whole storage (the common case: nothing to
     gather, reinterpret or resolve), else None."""
     cell = getattr(t.untyped_storage(), _ATTR, None)
     if cell is None:
         return None
-    array = cell.array
+    array = cell._value if lazy else cell.array
     if (
         array is not None
         and t.dtype == cell.dtype
@@ -335,18 +358,24 @@ def _resolve_bits(t: torch.Tensor, a: jax.Array) -> jax.Array:
     return a
 
 
-def _read(t: torch.Tensor) -> jax.Array:
+def _read(t: torch.Tensor, lazy: bool = False) -> jax.Array:
     cell = cell_of(t)
     shape = tuple(t.shape)
     if t.numel() == 0:
         with jax.enable_x64(True):
             return jnp.zeros(shape, jax_dtype(t.dtype))
-    a = cell.array
-    if a is None:
-        a = cell.materialize()
+    a = cell.materialize(lazy)
     same_dtype = t.dtype == cell.dtype
     if same_dtype and a.shape == shape and t.storage_offset() == 0 and t.is_contiguous():
         return a  # the common case: the tensor is its whole storage
+    if lazy and same_dtype:  # a view: its gather is recorded too
+        out = fused.apply(
+            _gather_fn(shape, tuple(t.stride())), (a, t.storage_offset()), cell.index, "view"
+        )
+        if t.storage_offset() == 0 and out.size == cell.size and t.is_contiguous():
+            cell.array = out
+        return out
+    a = fused.concrete(a)
     with jax.enable_x64(True):
         if not same_dtype:
             a = _reinterpret(a, jax_dtype(t.dtype))
@@ -379,33 +408,52 @@ def _check_no_overlap(t: torch.Tensor) -> None:
 
 
 def write(t: torch.Tensor, value: jax.Array) -> None:
-    """Store ``value`` (already of t's shape and dtype) into t's view of its storage."""
-    if t.is_conj() or t.is_neg():
-        value = _resolve_bits(t, value)
+    """Store ``value`` (already of t's shape and dtype) into t's view of its storage.
+
+    In fused mode (or with a pending ``value``) the write is recorded, not run.
+    """
     cell = cell_of(t)
     shape = tuple(t.shape)
     if t.numel() == 0:
         return
-    with jax.enable_x64(True):
-        if value.dtype != jax_dtype(t.dtype):
-            value = value.astype(jax_dtype(t.dtype))
-        if tuple(value.shape) != shape:
-            value = jnp.broadcast_to(value, shape)
-        offset = t.storage_offset()
-        if t.dtype != cell.dtype:
-            _check_no_overlap(t)
+    lazy = settings.mode == "fused" or value.__class__ is Pending
+    if t.is_conj() or t.is_neg() or t.dtype != cell.dtype:
+        lazy, value = False, fused.concrete(value)  # rare: bit-level views run eagerly
+        if t.is_conj() or t.is_neg():
+            value = _resolve_bits(t, value)
+    value = cast_to(value, t.dtype, shape, cell.index)
+    offset = t.storage_offset()
+    if t.dtype != cell.dtype:
+        _check_no_overlap(t)
+        with jax.enable_x64(True):
             base = _reinterpret(cell.materialize(), value.dtype)
             new = _scatter_fn(shape, tuple(t.stride()))(base, value, offset)
             cell.array = _reinterpret(new, jax_dtype(cell.dtype))
-            return
-        if offset == 0 and value.size == cell.size and t.is_contiguous():
-            cell.array = value
-            return
-        _check_no_overlap(t)
-        if value.size == 0:
-            return
-        base = cell.materialize()
-        cell.array = _scatter_fn(shape, tuple(t.stride()))(base, value, offset)
+        return
+    if offset == 0 and value.size == cell.size and t.is_contiguous():
+        cell.array = value
+        return
+    _check_no_overlap(t)
+    if value.size == 0:
+        return
+    base = cell.materialize(lazy)
+    cell.array = fused.apply(
+        _scatter_fn(shape, tuple(t.stride())), (base, value, offset), cell.index, "view write"
+    )
+
+
+def cast_to(value, dtype: torch.dtype, shape, index: int):
+    """``value`` cast to ``dtype`` and broadcast to ``shape`` (recorded in fused mode)."""
+    shape = tuple(shape)
+    want = jax_dtype(dtype)
+    if value.dtype == want and tuple(value.shape) == shape:
+        return value
+    return fused.apply(_cast_fn(want, shape), (value,), index, "cast")
+
+
+@functools.lru_cache(maxsize=1024)
+def _cast_fn(dtype, shape):
+    return jax.jit(lambda v: jnp.broadcast_to(v.astype(dtype), shape))
 
 
 def resize_cell(t: torch.Tensor, size: int) -> None:

@@ -650,17 +650,19 @@ def _true_view(array: jax.Array, factors, true: dict, index: int) -> torch.Tenso
 
 def _cause(old, new) -> str:
     """Why a program is compiled again: what differs between two call keys."""
-    if old is None:
-        return "first call"
-    if old[1] != new[1]:
-        return "argument kinds changed (a tensor became a value, or donation changed)"
-    if old[0] != new[0]:
-        return f"static arguments changed: {old[0]} -> {new[0]}"
-    for which, o, n in (("donated input", old[2], new[2]), ("input", old[3], new[3])):
-        for i, (a, b) in enumerate(zip(o, n)):
-            if a != b:
-                return f"{which} {i} changed from {a.str_short()} to {b.str_short()}"
-    return "new argument signature"
+    return metrics.describe_change(_labelled(old), _labelled(new))
+
+
+def _labelled(key):
+    if key is None:
+        return None
+    statics, kinds, donated, arrays = key[:4]
+    return [
+        ("argument kinds (a tensor became a value, or donation changed)", kinds),
+        ("static arguments", statics),
+        *((f"donated input {i}", a) for i, a in enumerate(donated)),
+        *((f"input {i}", a) for i, a in enumerate(arrays)),
+    ]
 
 
 def _static(a):

@@ -14,16 +14,20 @@ from __future__ import annotations
 import collections
 import sys
 
+from torch_pjrt.config import settings
+
 __all__ = [
     "add_seconds",
     "as_dict",
     "compilation",
     "count",
+    "describe_change",
     "fallback",
     "host_sync",
     "report",
     "reset",
     "tally",
+    "user_line",
 ]
 
 _counters: collections.Counter = collections.Counter()
@@ -44,12 +48,20 @@ def op(name: str) -> None:
 
 
 def fallback(name: str) -> None:
+    if settings.strict:
+        _strict("fallback", name)
     _fallbacks[name] += 1
 
 
-def _user_line() -> str:
+def _strict(event: str, what: str) -> None:
+    from torch_pjrt import modes
+
+    modes._watch(event, what)
+
+
+def user_line() -> str:
     """The innermost stack frame outside torch and torch_pjrt, as 'file:line'."""
-    frame = sys._getframe(2)
+    frame = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
         if "/torch/" not in filename and "/torch_pjrt/" not in filename:
@@ -71,18 +83,45 @@ def compilation(scope: str, kind: str, seconds: float, cause: str) -> None:
     """An XLA program was built: count it (in all and by kind), its time and its cause.
 
     Example: ``compilation("graph", "forward", 1.2, "first call")`` counts
-    ``graph_compilations``, ``graph_forward_compilations``, ``graph_compile_seconds``
-    and the cause in the ``graph_compile_causes`` table.
+    ``compilations`` (every scope), ``graph_compilations``,
+    ``graph_forward_compilations``, ``graph_compile_seconds`` and the cause in the
+    ``graph_compile_causes`` table.
     """
+    if settings.strict:
+        _strict("compilation", cause)
+    _counters["compilations"] += 1
     _counters[f"{scope}_compilations"] += 1
     _counters[f"{scope}_{kind}_compilations"] += 1
     _seconds[f"{scope}_compile_seconds"] += seconds
     _tables[f"{scope}_compile_causes"][cause] += 1
 
 
+def describe_change(old, new) -> str:
+    """Why a program is built again: the first difference between two signatures.
+
+    A signature is a sequence of ``(label, value)`` pairs (``("input 0", aval)``,
+    ``("argument dim", 1)``); None is the signature before the first call.
+    """
+    if old is None:
+        return "first call"
+    for (label, a), (_, b) in zip(old, new):
+        if a != b:
+            return f"{label} changed from {_short(a)} to {_short(b)}"
+    if len(old) != len(new) or [x[0] for x in old] != [x[0] for x in new]:
+        return "the arguments changed (number or kinds)"
+    return "new argument signature"
+
+
+def _short(v) -> str:
+    return v.str_short() if hasattr(v, "str_short") else repr(v)
+
+
 def host_sync() -> None:
+    line = user_line()
+    if settings.strict:
+        _strict("host sync", line)
     _counters["host_syncs"] += 1
-    _syncs[_user_line()] += 1
+    _syncs[line] += 1
 
 
 def reset() -> None:

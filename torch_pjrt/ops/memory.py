@@ -15,11 +15,13 @@ from torch._C import DispatchKey, DispatchKeySet
 
 from torch_pjrt import random as pjrt_random
 from torch_pjrt import runtime
+from torch_pjrt.config import settings
 from torch_pjrt.diagnostics import metrics
 from torch_pjrt.ops.registry import implements
 from torch_pjrt.runtime.transfer import jax_dtype
 from torch_pjrt.tensor import (
     _contiguous_strides,
+    cast_to,
     cell_of,
     new_tensor,
     read,
@@ -170,27 +172,18 @@ def _to_device(value: jax.Array, index: int) -> jax.Array:
 def _host_value(src: torch.Tensor, dtype: torch.dtype, shape, index: int) -> jax.Array:
     """A CPU tensor as a JAX array on pjrt:index, cast and broadcast to dtype and shape."""
     value = runtime.from_host(src.contiguous(), runtime.device(index))
-    with jax.enable_x64(True):
-        if value.dtype != jax_dtype(dtype):
-            value = value.astype(jax_dtype(dtype))
-        if tuple(value.shape) != tuple(shape):
-            value = jnp.broadcast_to(value, shape)
-    return value
+    return cast_to(value, dtype, shape, index)
 
 
 def _value_on(src: torch.Tensor, dtype: torch.dtype, shape, index: int) -> jax.Array:
-    """src's value on pjrt:index (from the host or another device), cast and broadcast."""
+    """src's value on pjrt:index (from the host or another device), cast and broadcast;
+    pending in fused mode when src is on the same device."""
     if src.device.type != "pjrt":
         return _host_value(src, dtype, shape, index)
-    value = read(src)
     if (src.device.index or 0) != index:
         metrics.count("transfers_device_to_device")
-        value = _to_device(value, index)
-    with jax.enable_x64(True):
-        value = value.astype(jax_dtype(dtype))
-        if tuple(value.shape) != tuple(shape):
-            value = jnp.broadcast_to(value, tuple(shape))
-    return value
+        return cast_to(_to_device(read(src), index), dtype, shape, index)
+    return cast_to(read(src, settings.mode == "fused"), dtype, shape, index)
 
 
 @implements(aten.copy_.default)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import keyword
 import logging
+import time
 import warnings
 from collections.abc import Callable
 
@@ -20,10 +21,12 @@ import jax
 import torch
 from torch._ops import OpOverload, OpOverloadPacket
 
+from torch_pjrt import fused, runtime
 from torch_pjrt import random as pjrt_random
-from torch_pjrt import runtime
-from torch_pjrt.diagnostics import metrics
-from torch_pjrt.tensor import read, wrap, write
+from torch_pjrt.config import settings
+from torch_pjrt.diagnostics import checks, metrics
+from torch_pjrt.modes import StrictModeError
+from torch_pjrt.tensor import read, read_lazy, wrap, write
 
 log = logging.getLogger("torch_pjrt")
 aten = torch.ops.aten
@@ -254,17 +257,30 @@ def _device_index(vals, sig: Signature) -> int:
     return pjrt_random.current_device()
 
 
-def _array_of(t, index: int):
+def _array_of(t, index: int, lazy: bool = False):
     if t is None or isinstance(t, (bool, int, float, complex)):
         return t  # a wrapped number: JAX traces it as a weakly typed scalar
     device = t.device
     if device.type == "pjrt":
         if (device.index or 0) != index:
             raise _same_device_error(f"pjrt:{index}", device)
-        return read(t)
+        return read_lazy(t) if lazy else read(t)
     if t.dim() == 0:  # a CPU scalar tensor may meet device tensors, as with CUDA
         return runtime.from_host(t, runtime.device(index))
     raise _same_device_error(f"pjrt:{index}", device)
+
+
+def _signature(sig: Signature, statics, arrays, scalars) -> list:
+    """(label, value) pairs describing one traced call, for compilation causes."""
+    out = [(f"argument {sig.names[i]}", v) for i, v in zip(sig.statics, statics)]
+    for i, v in zip(sig.arrays, arrays):
+        name = sig.names[i]
+        if isinstance(v, (list, tuple)):
+            out.extend((f"{name}[{j}]", getattr(x, "aval", type(x))) for j, x in enumerate(v))
+        else:
+            out.append((name, getattr(v, "aval", type(v))))
+    out.extend((sig.names[i], getattr(v, "aval", type(v))) for i, v in zip(sig.scalars, scalars))
+    return out
 
 
 def _static(v):
@@ -282,6 +298,7 @@ class Kernel:
         self.lowering = lowering
         self.sig = Signature(op, lowering.static)
         self.cache: dict = {}
+        self._traced = self._last_traced = None  # signatures, for compilation causes
         returns = op._schema.returns
         self.returns_list = len(returns) == 1 and str(returns[0].type) == "List[Tensor]"
         self.returns_tuple = len(returns) > 1
@@ -295,7 +312,7 @@ class Kernel:
         fn = lowering.fn
 
         def run(arrays, scalars, rng):
-            metrics.count("compilations")
+            self._traced = _signature(sig, statics, arrays, scalars)
             vals = [None] * len(sig.names)
             for i, v in zip(sig.arrays, arrays):
                 vals[i] = v
@@ -313,19 +330,21 @@ class Kernel:
         return program
 
     def compute(self, args, kwargs):
-        """Run the lowering; returns (JAX result, device index)."""
+        """Run the lowering (in fused mode: record it); returns (JAX result, device index)."""
         sig = self.sig
         vals = sig.values(args, kwargs)
         index = _device_index(vals, sig)
+        mode = settings.mode
+        lazy = mode == "fused" and not (settings.check_nan or settings.check_numerics)
         arrays = []
         has_tensors = False
         for i in sig.arrays:
             v = vals[i]
             if isinstance(v, (list, tuple)):
-                arrays.append([_array_of(t, index) for t in v])
+                arrays.append([_array_of(t, index, lazy) for t in v])
                 has_tensors = True
             else:
-                arrays.append(_array_of(v, index))
+                arrays.append(_array_of(v, index, lazy))
                 has_tensors = has_tensors or isinstance(v, torch.Tensor)
         scalars = [vals[i] for i in sig.scalars]
         statics = tuple(_static(vals[i]) for i in sig.statics)
@@ -335,13 +354,28 @@ class Kernel:
             program = self._program(statics)
         rng = pjrt_random.next_key_parts(index) if self.lowering.random else None
         metrics.op(self.name)
+        self._traced = None
+        start = time.perf_counter()
         try:
+            if lazy:
+                try:
+                    return fused.record(program, (arrays, scalars, rng), index, self.name), index
+                except fused.Unfusable:  # an argument fused mode cannot record: run it now
+                    arrays = fused.concrete(arrays)
             with jax.enable_x64(True):
                 out = program(arrays, scalars, rng)
                 if index != 0 and not has_tensors:
                     out = jax.device_put(out, runtime.device(index))
+        except StrictModeError:
+            raise
         except Exception as exc:  # noqa: BLE001  (re-raised with PyTorch's message)
             raise _explain(self.op, args, kwargs, exc) from exc
+        if self._traced is not None:
+            cause = metrics.describe_change(self._last_traced, self._traced)
+            self._last_traced = self._traced
+            metrics.compilation("eager", "op", time.perf_counter() - start, f"{self.name}: {cause}")
+        if mode == "debug" or settings.check_nan or settings.check_numerics:
+            checks.after_op(self.op, args, kwargs, out, self.lowering.random)
         return out, index
 
     def __call__(self, *args, **kwargs):
@@ -351,7 +385,7 @@ class Kernel:
             out = self._write_back(out, args, kwargs)
         if self.returns_python:
             metrics.host_sync()
-            return out.item()
+            return fused.concrete(out).item()
         if self.returns_list:
             return [wrap(a, index) for a in out]
         if self.returns_tuple:

@@ -1,0 +1,307 @@
+"""Execution modes (debug, eager, fused), strict mode, and the metrics that explain them."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+import torch
+
+import torch_pjrt
+from tests.models import MODELS
+from torch_pjrt import metrics
+from torch_pjrt.config import Config
+from torch_pjrt.diagnostics.checks import NumericsWarning
+from torch_pjrt.ops import registry
+
+aten = torch.ops.aten
+
+
+@pytest.fixture(autouse=True)
+def _eager_after():
+    yield
+    torch_pjrt.set_mode("eager")
+
+
+# --- switching ------------------------------------------------------------------------
+
+
+def test_set_mode_and_scoped_mode():
+    assert torch_pjrt.get_mode() == "eager"
+    with torch_pjrt.mode("fused"):
+        assert torch_pjrt.get_mode() == "fused"
+        with torch_pjrt.mode("debug"):
+            assert torch_pjrt.get_mode() == "debug"
+        assert torch_pjrt.get_mode() == "fused"
+    assert torch_pjrt.get_mode() == "eager"
+    torch_pjrt.set_mode("debug")
+    assert torch_pjrt.get_mode() == "debug"
+
+
+def test_bad_mode_name():
+    with pytest.raises(ValueError, match="must be one of debug, eager, fused, but got 'lazy'"):
+        torch_pjrt.set_mode("lazy")
+
+
+def test_mode_from_environment(monkeypatch):
+    monkeypatch.setenv("TORCH_PJRT_MODE", "Fused")
+    monkeypatch.setenv("TORCH_PJRT_CHECK_NAN", "1")
+    monkeypatch.setenv("TORCH_PJRT_STRICT", "1")
+    cfg = Config.from_env()
+    assert (cfg.mode, cfg.check_nan, cfg.strict, cfg.check_numerics) == ("fused", True, True, False)
+
+
+def test_switching_modes_mid_program_keeps_values_exact():
+    g = torch.Generator().manual_seed(0)
+    a_cpu = torch.randn(6, 5, generator=g)
+    a = a_cpu.to("pjrt")
+    expected = a_cpu.clone()
+    steps = [
+        ("eager", lambda t: t.mul_(2)),
+        ("fused", lambda t: t[:, 1:3].add_(1)),
+        ("fused", lambda t: t.t().mul_(3)),
+        ("debug", lambda t: t.sub_(t.mean(0))),
+        ("fused", lambda t: t.exp_()),
+        ("eager", lambda t: t.div_(t.sum())),
+    ]
+    for name, fn in steps:
+        torch_pjrt.set_mode(name)
+        fn(a)
+        fn(expected)
+    torch_pjrt.set_mode("eager")
+    torch.testing.assert_close(a.cpu(), expected, rtol=1e-6, atol=1e-7)
+
+
+# --- fused ------------------------------------------------------------------------------
+
+
+def test_fused_views_and_inplace_updates_stay_exact():
+    g = torch.Generator().manual_seed(1)
+    base_cpu = torch.randn(4, 6, generator=g)
+    with torch_pjrt.mode("fused"):
+        base = base_cpu.to("pjrt")
+        outs = []
+        for t in (base_cpu, base):
+            x = t.clone()
+            v = x[1:, ::2]  # a strided view
+            v.mul_(10)
+            x.t()[0].add_(1)  # a write through a transposed view
+            w = x.view(2, 12)
+            w[1] = w[0] * 2  # a row written from another row
+            y = torch.cat([x, x.sum(1, keepdim=True).expand(4, 2)], dim=1)
+            outs.append((x, v, y))
+        metrics.reset()
+        for a, b in zip(outs[0], outs[1]):
+            torch.testing.assert_close(b.cpu(), a, rtol=1e-6, atol=1e-6)
+        assert metrics.as_dict()["fused_flushes"] == 1  # one program ran everything
+
+
+def test_fused_loop_of_identical_steps_compiles_once():
+    x = torch.randn(8, 8).to("pjrt")
+    with torch_pjrt.mode("fused"):
+        metrics.reset()
+        results = []
+        for _ in range(5):
+            y = torch.tanh(x @ x.t() + 1).sum(0)
+            results.append(y.max().item())
+    d = metrics.as_dict()
+    assert d["fused_compilations"] == 1 and d["fused_executions"] == 5
+    assert d["fused_ops"] == 5 * 6  # mm, t's view read, add, tanh, sum, max
+    assert d["fused_flush_reasons"] == {"host read": 5}
+    assert results[0] == pytest.approx(torch.tanh(x.cpu() @ x.cpu().t() + 1).sum(0).max().item())
+
+
+def test_fused_flushes_at_synchronize_step_end_and_size_cap():
+    x = torch.ones(3).to("pjrt")
+    with torch_pjrt.mode("fused"):
+        metrics.reset()
+        y = x + 1
+        torch.pjrt.synchronize()
+        with torch_pjrt.step():
+            y = y * 3
+        with torch_pjrt.config(fused_max_ops=4):
+            for _ in range(8):
+                y = y + 1
+        assert y.cpu().tolist() == [14.0, 14.0, 14.0]
+    reasons = metrics.as_dict()["fused_flush_reasons"]
+    assert reasons["synchronize"] == 1 and reasons["end of step"] == 1
+    assert reasons["size cap"] == 2
+
+
+def test_fused_dropped_intermediates_are_not_outputs():
+    x = torch.randn(16).to("pjrt")
+    with torch_pjrt.mode("fused"):
+        y = ((x * 2).exp() + 1).log()  # the intermediates die before the flush
+        assert y.sum().item() == pytest.approx(((x.cpu() * 2).exp() + 1).log().sum().item())
+    key = torch_pjrt.fused._graph(0).last_key
+    assert len(key[1]) == 5  # mul, exp, add, log, sum
+    assert len(key[3]) == 2  # out come y and its sum, not the three intermediates
+
+
+OPTIMIZERS = {
+    "sgd": lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, weight_decay=0.01),
+    "adamw": lambda p: torch.optim.AdamW(p, lr=1e-3, weight_decay=0.01),
+}
+
+
+def _train(model, mode, optimizer, steps=4):
+    with torch_pjrt.mode(mode):
+        model = model.to("pjrt")
+        opt = OPTIMIZERS[optimizer](model.parameters())
+        g = torch.Generator().manual_seed(1)
+        batch = tuple(t.to("pjrt") for t in model.batch(g))
+        losses, compiles = [], []
+        for _ in range(steps):
+            metrics.reset()
+            with torch_pjrt.step():
+                opt.zero_grad()
+                loss = model.loss(batch)
+                loss.backward()
+                opt.step()
+            losses.append(loss.item())
+            compiles.append(metrics.as_dict().get("fused_compilations", 0))
+        return losses, model, compiles
+
+
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
+@pytest.mark.parametrize("mode", ["fused", "debug"])
+@pytest.mark.parametrize("model_name", sorted(MODELS))
+def test_model_suite_matches_eager(model_name, mode, optimizer):
+    torch.manual_seed(0)
+    reference = MODELS[model_name]()
+    eager_losses, eager_model, _ = _train(copy.deepcopy(reference), "eager", optimizer)
+    losses, model, compiles = _train(copy.deepcopy(reference), mode, optimizer)
+    torch.testing.assert_close(torch.tensor(losses), torch.tensor(eager_losses), rtol=1e-6, atol=0)
+    # NOTE: Adam divides by sqrt(v): a parameter whose true gradient is zero (a bias
+    # before batch norm, the key bias of attention) moves by +-lr on rounding noise,
+    # which fusion changes; weights are compared under SGD, Adam through the losses.
+    if optimizer == "sgd":
+        for (name, a), b in zip(eager_model.state_dict().items(), model.state_dict().values()):
+            torch.testing.assert_close(b.cpu(), a.cpu(), rtol=1e-6, atol=1e-6, msg=name)
+    if mode == "fused":
+        assert compiles[2:] == [0, 0], compiles  # nothing new from the third step on
+
+
+# --- debug ----------------------------------------------------------------------------
+
+
+def test_check_nan_names_the_op_and_the_line():
+    x = torch.tensor([1.0, -1.0]).to("pjrt")
+    with torch_pjrt.mode("debug"), torch_pjrt.config(check_nan=True):
+        torch.exp(x)  # fine
+        masked = (
+            torch.zeros(3)
+            .to("pjrt")
+            .masked_fill(torch.tensor([True, False, True]).to("pjrt"), float("-inf"))
+        )
+        masked.softmax(0)  # -inf from the fill, not produced here: no error
+        with pytest.raises(
+            RuntimeError, match=r"aten\.log\.default produced NaN .*test_modes\.py:\d+"
+        ):
+            torch.log(x)
+
+
+def test_check_numerics_reports_a_diverging_op():
+    # a deliberately wrong kernel for neg: the checker must name it, the line, the error
+    wrong = registry.Kernel(aten.neg.default, registry.Lowering(lambda self: -self + 1e-3))
+    x = torch.randn(5).to("pjrt")
+    metrics.reset()
+    with torch_pjrt.config(check_numerics=True), warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        torch.neg(x)  # the real kernel agrees with the CPU
+        wrong(x)
+    found = [w for w in seen if issubclass(w.category, NumericsWarning)]
+    assert len(found) == 1
+    message = str(found[0].message)
+    assert "aten.neg.default" in message and "test_modes.py" in message
+    assert "max abs error 0.001" in message
+    (where,) = metrics.as_dict()["numerics_divergences"]
+    assert where.startswith("aten.neg.default at ") and "test_modes.py:" in where
+
+
+def test_debug_mode_is_synchronous_and_errors_surface_at_the_line():
+    x = torch.ones(2, 3).to("pjrt")
+    with torch_pjrt.mode("debug"):
+        with pytest.raises(RuntimeError, match="broadcast"):
+            x + torch.ones(4).to("pjrt")
+
+
+# --- eager: the host waits only where the user reads ----------------------------------
+
+
+def test_eager_waits_only_at_reads():
+    x = torch.randn(4, 4).to("pjrt")
+    metrics.reset()
+    y = (x @ x).relu().sum(0) * 2
+    assert metrics.as_dict()["host_syncs"] == 0
+    reads = [
+        lambda: y[0].item(),
+        lambda: y.cpu(),
+        lambda: y.tolist(),
+        lambda: bool(y[0] > -1),
+        lambda: torch.pjrt.synchronize(),
+    ]
+    for n, read in enumerate(reads, 1):
+        read()
+        assert metrics.as_dict()["host_syncs"] == n
+    str(y)  # printing reads the values (PyTorch's formatting reads a few of them)
+    assert metrics.as_dict()["host_syncs"] > n
+
+
+# --- strict mode ----------------------------------------------------------------------
+
+
+def test_strict_raises_on_cpu_fallback():
+    x = torch.rand(3).to("pjrt")
+    with (
+        torch_pjrt.strict(),
+        pytest.raises(torch_pjrt.StrictModeError, match="spherical_bessel_j0"),
+    ):
+        torch.special.spherical_bessel_j0(x)
+
+
+def test_strict_raises_on_host_sync_inside_a_step_after_warmup():
+    x = torch.randn(4).to("pjrt")
+    with torch_pjrt.strict():
+        for i in range(3):
+            with torch_pjrt.step():
+                y = x * 2
+                if i < 2:
+                    y.sum().item()  # warm-up steps may sync
+        y.sum().item()  # outside a step: allowed
+        with pytest.raises(
+            torch_pjrt.StrictModeError, match=r"host sync inside step \d+ at .*test_modes\.py:\d+"
+        ):
+            with torch_pjrt.step():
+                (x * 2).sum().item()
+
+
+@pytest.mark.parametrize("mode", ["eager", "fused"])
+def test_strict_raises_on_new_compilation_after_warmup(mode):
+    with torch_pjrt.mode(mode), torch_pjrt.strict():
+        for _ in range(3):
+            with torch_pjrt.step():
+                y = torch.ones(5, device="pjrt").cumsum(0)
+        assert y.cpu()[-1] == 5
+        with pytest.raises(torch_pjrt.StrictModeError, match="new XLA compilation"):
+            with torch_pjrt.step():
+                torch.ones(7, device="pjrt").cumsum(0).exp()
+
+
+# --- metrics --------------------------------------------------------------------------
+
+
+def test_metrics_explain_compilations_and_transfers():
+    metrics.reset()
+    a = torch.ones(13, 29).to("pjrt")  # shapes no other test uses
+    a * 5
+    a[0] * 5  # a new shape: compiled again, and the cause says which input changed
+    d = metrics.as_dict()
+    assert d["transfers_to_device"] == 1 and d["bytes_to_device"] == 13 * 29 * 4
+    causes = d["eager_compile_causes"]
+    assert causes["aten.mul.Tensor: self changed from float32[13,29] to float32[29]"] == 1
+    assert d["eager_compilations"] == sum(causes.values()) and d["eager_compile_seconds"] > 0
+    assert d["ops"]["aten.mul.Tensor"] == 2
+    report = metrics.report()
+    assert "aten.mul.Tensor" in report and "transfers_to_device: 1" in report

@@ -1,0 +1,292 @@
+"""Fused mode: ops are recorded as pending values and run as one cached XLA program.
+
+In fused mode an op's kernel does not run its program; it appends a node (the op's
+jitted program, where its arguments come from) to the recording of its device and
+returns :class:`Pending` values that know only their shape and dtype. Storage cells
+hold pending values like arrays. When a value is needed (a host read, a CPU
+fallback, ``synchronize()``, the end of a ``torch_pjrt.step()``, a compiled graph, a
+mode switch, or ``settings.fused_max_ops`` nodes), the recording is *flushed*: its
+nodes are replayed inside one ``jax.jit`` program, which XLA fuses and optimizes as a
+whole, and only the values something still holds come out of it.
+
+The program is cached by what determines it: each node's program, how its
+arguments connect (recorded inputs by slot, other nodes' outputs by position), the
+shapes and dtypes of the inputs, and which values come out. A training loop that
+records the same ops every step reuses one program from its second step on.
+
+NOTE: which pending values are still held is read from reference counts: the
+recording itself holds each pending value once, in its node's ``outs``; any other
+reference (a storage cell, a caller's local) means the value must be an output. This
+errs on the side of more outputs, never fewer.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+import jax
+import numpy as np
+
+from torch_pjrt import runtime
+from torch_pjrt.config import settings
+from torch_pjrt.diagnostics import metrics
+
+__all__ = ["Pending", "Unfusable", "apply", "concrete", "flush_all", "record"]
+
+_SCALARS = (bool, int, float, complex)
+
+
+class Unfusable(Exception):
+    """An argument fused mode cannot record; the op runs eagerly instead."""
+
+
+class Pending:
+    """A value a recorded op will produce: its shape and dtype, and later its array."""
+
+    __slots__ = ("aval", "dtype", "graph", "shape", "value", "where")
+
+    def __init__(self, out: tuple, graph, where):
+        self.aval, self.shape, self.dtype = out
+        self.graph = graph
+        self.where = where  # (node, output) in the graph's recording
+        self.value = None
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    def concrete(self) -> jax.Array:
+        """The array, running the recording first if it has not run yet."""
+        if self.value is None:
+            graph = self.graph
+            if graph is not None:
+                graph.flush("host read", self)
+            if self.value is None:
+                raise RuntimeError(
+                    "torch_pjrt fused mode: a pending value was dropped before it was "
+                    "computed. This is a torch_pjrt bug; please report it, and use "
+                    "torch_pjrt.set_mode('eager') meanwhile."
+                )
+        return self.value
+
+    def __repr__(self) -> str:
+        return f"Pending({self.aval.str_short()})"
+
+
+def concrete(x):
+    """``x`` with pending values replaced by their arrays (any pytree)."""
+    if x.__class__ is Pending:
+        return x.concrete()
+    if isinstance(x, (list, tuple)):
+        return type(x)(concrete(v) for v in x)
+    return x
+
+
+_lock = threading.RLock()
+_shapes: dict = {}  # (fn, treedef, argument signatures) -> (output treedef, avals)
+_programs: dict = {}  # recording key -> jitted replay
+
+
+def _spec(leaf):
+    """What ``jax.eval_shape`` is given for an argument leaf."""
+    if leaf.__class__ in _SCALARS:
+        return leaf
+    aval = leaf.aval
+    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
+
+
+def _out(a) -> tuple:
+    aval = jax.core.ShapedArray(a.shape, a.dtype, weak_type=a.weak_type)
+    return aval, aval.shape, np.dtype(aval.dtype)
+
+
+class _Graph:
+    """The recording of one device."""
+
+    def __init__(self, index: int):
+        self.index = index
+        self.last_key = None
+        self._clear()
+
+    def _clear(self):
+        self.nodes = []  # (fn, args treedef, refs, outs)
+        self.names = []
+        self.inputs = []
+        self.input_sigs = []
+        self.input_slots = {}  # id(array) -> slot (arrays stay alive in self.inputs)
+
+    def record(self, fn, args: tuple, name: str):
+        leaves, treedef = jax.tree_util.tree_flatten(args)
+        sigs, refs = [], []
+        inputs, slots = self.inputs, self.input_slots
+        for leaf in leaves:
+            cls = leaf.__class__
+            if cls is Pending:
+                sigs.append(leaf.aval)
+                if leaf.value is None and leaf.graph is self:
+                    refs.append(leaf.where)
+                    continue
+                leaf = leaf.concrete()
+            elif cls in _SCALARS:
+                sigs.append(cls)
+                refs.append(len(inputs))
+                inputs.append(leaf)
+                self.input_sigs.append(cls)
+                continue
+            elif isinstance(leaf, jax.Array):
+                sigs.append(leaf.aval)
+            else:
+                raise Unfusable(cls.__name__)
+            slot = slots.get(id(leaf))
+            if slot is None:
+                slot = slots[id(leaf)] = len(inputs)
+                inputs.append(leaf)
+                self.input_sigs.append(leaf.aval)
+            refs.append(slot)
+        shape_key = (fn, treedef, tuple(sigs))
+        found = _shapes.get(shape_key)
+        if found is None:
+            specs = jax.tree_util.tree_unflatten(treedef, [_spec(x) for x in leaves])
+            with jax.enable_x64(True):
+                out = jax.eval_shape(fn, *specs)
+            out_leaves, out_treedef = jax.tree_util.tree_flatten(out)
+            found = _shapes[shape_key] = (out_treedef, [_out(o) for o in out_leaves])
+        out_treedef, out_avals = found
+        n = len(self.nodes)
+        outs = tuple([Pending(a, self, (n, i)) for i, a in enumerate(out_avals)])
+        self.nodes.append((fn, treedef, tuple(refs), outs))
+        self.names.append(name)
+        metrics.count("fused_ops")
+        result = jax.tree_util.tree_unflatten(out_treedef, outs)
+        if len(self.nodes) >= settings.fused_max_ops:
+            self.flush("size cap")
+        return result
+
+    def flush(self, reason: str, wanted: Pending | None = None) -> None:
+        with _lock:
+            nodes = self.nodes
+            if not nodes:
+                return
+            outputs, held = [], []
+            for node in nodes:
+                for p in node[3]:
+                    # held elsewhere than in this node (and by p and getrefcount's argument)
+                    if sys.getrefcount(p) > 3:
+                        outputs.append(p.where)
+                        held.append(p)
+            key = (
+                self.index,
+                tuple([node[:3] for node in nodes]),
+                tuple(self.input_sigs),
+                tuple(outputs),
+            )
+            program = _programs.get(key)
+            first = program is None
+            start = time.perf_counter()
+            if first:
+                program = _programs[key] = self._program(key)
+            with jax.enable_x64(True):
+                values = program(self.inputs)
+            for p, value in zip(held, values):
+                p.value = value
+            names, self.last_key = self.names, key
+            for node in nodes:
+                for p in node[3]:
+                    p.graph = None
+            self._clear()
+            metrics.count("fused_flushes")
+            metrics.count("fused_executions")
+            metrics.tally("fused_flush_reasons", reason)
+            if first:
+                metrics.compilation(
+                    "fused", "program", time.perf_counter() - start, _cause(names, key, self)
+                )
+        if wanted is not None and wanted.value is None and wanted.graph is self:
+            wanted.graph = None
+
+    def _program(self, key):
+        _, nodes, _, outputs = key
+        unflatten, leaves_of = jax.tree_util.tree_unflatten, jax.tree_util.tree_leaves
+
+        def replay(inputs):
+            env = []
+            for fn, treedef, refs in nodes:
+                args = [inputs[r] if r.__class__ is int else env[r[0]][r[1]] for r in refs]
+                env.append(leaves_of(fn(*unflatten(treedef, args))))
+            return [env[n][i] for n, i in outputs]
+
+        replay.__name__ = replay.__qualname__ = f"fused_{len(nodes)}_ops"
+        sharding = jax.sharding.SingleDeviceSharding(runtime.device(self.index))
+        return jax.jit(replay, out_shardings=sharding)
+
+    def __repr__(self) -> str:
+        return f"<fused recording of pjrt:{self.index}, {len(self.nodes)} ops>"
+
+
+def _cause(names, key, graph) -> str:
+    last = getattr(graph, "_last_compiled", None)
+    graph._last_compiled = (names, key)
+    if last is None:
+        return "first recording"
+    old_names, old = last
+    for i, (a, b) in enumerate(zip(old[1], key[1])):
+        if a != b:
+            was = old_names[i] if i < len(old_names) else "?"
+            return f"op {i} differs: {names[i]} (was {was})"
+    if len(old[1]) != len(key[1]):
+        return f"{len(key[1])} ops recorded (was {len(old[1])})"
+    change = metrics.describe_change(
+        [(f"input {i}", s) for i, s in enumerate(old[2])],
+        [(f"input {i}", s) for i, s in enumerate(key[2])],
+    )
+    if change != "new argument signature":
+        return change
+    return "other values held by the program's caller (its outputs changed)"
+
+
+_graphs: dict[int, _Graph] = {}
+
+
+def _graph(index: int) -> _Graph:
+    graph = _graphs.get(index)
+    if graph is None:
+        graph = _graphs[index] = _Graph(index)
+    return graph
+
+
+def record(fn, args: tuple, index: int, name: str = "op"):
+    """Record ``fn(*args)`` on device ``index``; returns its outputs as pending values."""
+    with _lock:
+        return _graph(index).record(fn, args, name)
+
+
+def apply(fn, args: tuple, index: int, name: str):
+    """``fn(*args)``: recorded in fused mode, else run (pending arguments computed first)."""
+    if settings.mode == "fused":
+        try:
+            return record(fn, args, index, name)
+        except Unfusable:
+            pass
+    with jax.enable_x64(True):
+        return fn(*concrete(args))
+
+
+def flush_all(reason: str) -> None:
+    """Run every device's recording."""
+    with _lock:
+        for graph in list(_graphs.values()):
+            graph.flush(reason)
+
+
+def pending_ops() -> int:
+    """Ops recorded and not yet run, on every device."""
+    return sum(len(g.nodes) for g in _graphs.values())
