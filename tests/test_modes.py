@@ -10,6 +10,8 @@ import torch
 
 import torch_pjrt
 from tests.models import MODELS
+from tests.test_compile import COMPILE_SUBSET
+from tests.test_ops import check_op, dtype_for, ops_by_key
 from torch_pjrt import metrics
 from torch_pjrt.config import Config
 from torch_pjrt.diagnostics.checks import NumericsWarning
@@ -18,17 +20,22 @@ from torch_pjrt.ops import registry
 aten = torch.ops.aten
 
 
+DEFAULT = Config.from_env().mode  # fused, unless TORCH_PJRT_MODE says otherwise
+
+
 @pytest.fixture(autouse=True)
-def _eager_after():
+def _default_mode_after():
     yield
-    torch_pjrt.set_mode("eager")
+    torch_pjrt.set_mode(DEFAULT)
 
 
 # --- switching ------------------------------------------------------------------------
 
 
-def test_set_mode_and_scoped_mode():
-    assert torch_pjrt.get_mode() == "eager"
+def test_set_mode_and_scoped_mode(monkeypatch):
+    monkeypatch.delenv("TORCH_PJRT_MODE", raising=False)
+    assert Config.from_env().mode == "fused"  # the default
+    torch_pjrt.set_mode("eager")
     with torch_pjrt.mode("fused"):
         assert torch_pjrt.get_mode() == "fused"
         with torch_pjrt.mode("debug"):
@@ -134,7 +141,7 @@ def test_fused_dropped_intermediates_are_not_outputs():
     with torch_pjrt.mode("fused"):
         y = ((x * 2).exp() + 1).log()  # the intermediates die before the flush
         assert y.sum().item() == pytest.approx(((x.cpu() * 2).exp() + 1).log().sum().item())
-    key = torch_pjrt.fused._graph(0).last_key
+    key = torch_pjrt.modes.fused._graph(0).last_key
     assert len(key[1]) == 5  # mul, exp, add, log, sum
     assert len(key[3]) == 2  # out come y and its sum, not the three intermediates
 
@@ -181,6 +188,34 @@ def test_model_suite_matches_eager(model_name, mode, optimizer):
             torch.testing.assert_close(b.cpu(), a.cpu(), rtol=1e-6, atol=1e-6, msg=name)
     if mode == "fused":
         assert compiles[2:] == [0, 0], compiles  # nothing new from the third step on
+
+
+# every op family (the compile subset), plus in-place and out= variants: OpInfo samples
+# compared with the CPU, arguments written in place included, in the modes other than
+# the default (tests/test_ops.py runs every op in the default mode)
+MODE_SUBSET = [*COMPILE_SUBSET, "index_add", "masked_fill", "addcmul", "lerp", "remainder"]
+
+
+@pytest.mark.parametrize("mode", [m for m in torch_pjrt.modes.MODES if m != DEFAULT])
+@pytest.mark.parametrize("key", MODE_SUBSET)
+def test_opinfo_subset(key, mode):
+    op = ops_by_key()[key]
+    with torch_pjrt.mode(mode):
+        _, compared = check_op(op, dtype_for(op), limit=3)
+    assert compared > 0
+
+
+def test_inplace_and_out_variants_in_fused_mode():
+    g = torch.Generator().manual_seed(2)
+    a_cpu, b_cpu = torch.randn(4, 5, generator=g), torch.randn(4, 5, generator=g)
+    with torch_pjrt.mode("fused"):
+        a, b = a_cpu.to("pjrt"), b_cpu.to("pjrt")
+        out = torch.empty(4, 5, device="pjrt")
+        view = out[1:3]
+        torch.mul(a, b, out=out)  # written through out=: the view sees it
+        a.addcmul_(a, b, value=0.5)
+        torch.testing.assert_close(view.cpu(), (a_cpu * b_cpu)[1:3])
+        torch.testing.assert_close(a.cpu(), a_cpu.addcmul(a_cpu, b_cpu, value=0.5))
 
 
 # --- debug ----------------------------------------------------------------------------
@@ -230,7 +265,9 @@ def test_debug_mode_is_synchronous_and_errors_surface_at_the_line():
 # --- eager: the host waits only where the user reads ----------------------------------
 
 
-def test_eager_waits_only_at_reads():
+@pytest.mark.parametrize("mode", ["eager", "fused"])
+def test_waits_only_at_reads(mode):
+    torch_pjrt.set_mode(mode)
     x = torch.randn(4, 4).to("pjrt")
     metrics.reset()
     y = (x @ x).relu().sum(0) * 2
@@ -261,17 +298,19 @@ def test_strict_raises_on_cpu_fallback():
         torch.special.spherical_bessel_j0(x)
 
 
-def test_strict_raises_on_host_sync_inside_a_step_after_warmup():
+@pytest.mark.parametrize("mode", ["eager", "fused"])
+def test_strict_raises_on_host_sync_inside_a_step_after_warmup(mode):
+    torch_pjrt.set_mode(mode)
     x = torch.randn(4).to("pjrt")
     with torch_pjrt.strict():
         for i in range(3):
             with torch_pjrt.step():
-                y = x * 2
+                s = (x * 2).sum()
                 if i < 2:
-                    y.sum().item()  # warm-up steps may sync
-        y.sum().item()  # outside a step: allowed
+                    s.item()  # warm-up steps may sync
+        s.item()  # outside a step: allowed
         with pytest.raises(
-            torch_pjrt.StrictModeError, match=r"host sync inside step \d+ at .*test_modes\.py:\d+"
+            torch_pjrt.StrictModeError, match=r"host sync inside step 4 at .*test_modes\.py:\d+"
         ):
             with torch_pjrt.step():
                 (x * 2).sum().item()
@@ -293,6 +332,7 @@ def test_strict_raises_on_new_compilation_after_warmup(mode):
 
 
 def test_metrics_explain_compilations_and_transfers():
+    torch_pjrt.set_mode("eager")
     metrics.reset()
     a = torch.ones(13, 29).to("pjrt")  # shapes no other test uses
     a * 5

@@ -70,8 +70,8 @@ class DeviceModule:
         """Wait for all work queued on the device (every live pjrt array)."""
         import jax
 
-        from torch_pjrt import fused
         from torch_pjrt.diagnostics import metrics
+        from torch_pjrt.modes import fused
 
         metrics.host_sync()
         fused.flush_all("synchronize")

@@ -36,8 +36,8 @@ class Config:
         buckets: how compiled graphs with dynamic sizes pad them: ``"pow2"`` (the next
             power of two), a sorted tuple of sizes, or None for no padding (one program
             per size). ``TORCH_PJRT_BUCKETS``: ``pow2``, ``16,32,64,128`` or ``0``.
-        mode: the execution mode, ``"debug"``, ``"eager"`` or ``"fused"``
-            (``TORCH_PJRT_MODE``; see :mod:`torch_pjrt.modes` and docs/modes.md).
+        mode: the execution mode, ``"debug"``, ``"eager"`` or ``"fused"`` (the default;
+            ``TORCH_PJRT_MODE``; see :mod:`torch_pjrt.modes` and docs/modes.md).
         fused_max_ops: in fused mode, the recording runs as a program once it holds
             this many ops (``TORCH_PJRT_FUSED_MAX_OPS``, default 5000).
         check_nan: raise at the first op whose result has a NaN or an infinity
@@ -57,7 +57,7 @@ class Config:
     cache_dir: str | None = None
     cache_min_seconds: float = 0.2
     buckets: object = "pow2"
-    mode: str = "eager"
+    mode: str = "fused"
     fused_max_ops: int = 5000
     check_nan: bool = False
     check_numerics: bool = False
@@ -75,7 +75,7 @@ class Config:
             cache_dir=_cache_dir(),
             cache_min_seconds=float(os.environ.get("TORCH_PJRT_CACHE_MIN_SECONDS", "0.2")),
             buckets=_buckets(os.environ.get("TORCH_PJRT_BUCKETS", "pow2")),
-            mode=os.environ.get("TORCH_PJRT_MODE", "eager").strip().lower() or "eager",
+            mode=os.environ.get("TORCH_PJRT_MODE", "fused").strip().lower() or "fused",
             fused_max_ops=int(os.environ.get("TORCH_PJRT_FUSED_MAX_OPS", "5000")),
             check_nan=_env_bool("TORCH_PJRT_CHECK_NAN", False),
             check_numerics=_env_bool("TORCH_PJRT_CHECK_NUMERICS", False),

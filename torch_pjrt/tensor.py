@@ -19,9 +19,10 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from torch_pjrt import fused, runtime
+from torch_pjrt import runtime
 from torch_pjrt.config import settings
-from torch_pjrt.fused import Pending
+from torch_pjrt.modes import fused
+from torch_pjrt.modes.fused import Pending
 from torch_pjrt.runtime.transfer import jax_dtype
 from torch_pjrt.runtime.transfer import torch_dtype as _torch_dtype
 
@@ -313,7 +314,7 @@ def _reinterpret(a: jax.Array, dtype) -> jax.Array:
 def read(t: torch.Tensor, lazy: bool = False) -> jax.Array:
     """The JAX array of a pjrt tensor's current value (its view of the storage).
 
-    With ``lazy`` (fused mode), the value may be :class:`~torch_pjrt.fused.Pending`.
+    With ``lazy`` (fused mode), the value may be :class:`~torch_pjrt.modes.fused.Pending`.
     """
     a = whole(t, lazy)
     if a is not None:

@@ -79,7 +79,7 @@ def add_seconds(name: str, seconds: float) -> None:
     _seconds[name] += seconds
 
 
-def compilation(scope: str, kind: str, seconds: float, cause: str) -> None:
+def compilation(scope: str, kind: str | None, seconds: float, cause: str) -> None:
     """An XLA program was built: count it (in all and by kind), its time and its cause.
 
     Example: ``compilation("graph", "forward", 1.2, "first call")`` counts
@@ -91,7 +91,8 @@ def compilation(scope: str, kind: str, seconds: float, cause: str) -> None:
         _strict("compilation", cause)
     _counters["compilations"] += 1
     _counters[f"{scope}_compilations"] += 1
-    _counters[f"{scope}_{kind}_compilations"] += 1
+    if kind is not None:
+        _counters[f"{scope}_{kind}_compilations"] += 1
     _seconds[f"{scope}_compile_seconds"] += seconds
     _tables[f"{scope}_compile_causes"][cause] += 1
 

@@ -16,6 +16,7 @@ import torch
 
 from torch_pjrt import random as pjrt_random
 from torch_pjrt import runtime
+from torch_pjrt.modes import fused
 from torch_pjrt.ops.registry import implements, lowers
 from torch_pjrt.runtime.transfer import jax_dtype
 from torch_pjrt.tensor import wrap
@@ -83,14 +84,14 @@ def _device_index(device) -> int:
 
 def _arange(start, end, step, dtype: torch.dtype, index: int) -> torch.Tensor:
     length = _arange_length(start, end, step, dtype)
-    acc = _acc_dtype(dtype)
-    if acc == jnp.int64:
-        start, step = int(start), int(step)
-    dev = runtime.device(index)
-    with jax.enable_x64(True):
-        start = jax.device_put(np.asarray(start, acc), dev)
-        step = jax.device_put(np.asarray(step, acc), dev)
-        return wrap(_arange_program(length, dtype)(start, step), index)
+    # Python numbers go in as weakly typed arguments (cast to the accumulation dtype
+    # inside the program): nothing to transfer, and fused mode records them as inputs
+    to_python = int if jnp.issubdtype(_acc_dtype(dtype), jnp.integer) else float
+    program = _arange_program(length, dtype)
+    out = fused.apply(program, (to_python(start), to_python(step)), index, "arange")
+    if out.__class__ is not fused.Pending and index != 0:
+        out = jax.device_put(out, runtime.device(index))
+    return wrap(out, index)
 
 
 @implements(aten.arange.start_step)

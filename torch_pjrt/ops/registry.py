@@ -21,11 +21,11 @@ import jax
 import torch
 from torch._ops import OpOverload, OpOverloadPacket
 
-from torch_pjrt import fused, runtime
 from torch_pjrt import random as pjrt_random
+from torch_pjrt import runtime
 from torch_pjrt.config import settings
 from torch_pjrt.diagnostics import checks, metrics
-from torch_pjrt.modes import StrictModeError
+from torch_pjrt.modes import StrictModeError, fused
 from torch_pjrt.tensor import read, read_lazy, wrap, write
 
 log = logging.getLogger("torch_pjrt")
@@ -373,7 +373,7 @@ class Kernel:
         if self._traced is not None:
             cause = metrics.describe_change(self._last_traced, self._traced)
             self._last_traced = self._traced
-            metrics.compilation("eager", "op", time.perf_counter() - start, f"{self.name}: {cause}")
+            metrics.compilation("eager", None, time.perf_counter() - start, f"{self.name}: {cause}")
         if mode == "debug" or settings.check_nan or settings.check_numerics:
             checks.after_op(self.op, args, kwargs, out, self.lowering.random)
         return out, index

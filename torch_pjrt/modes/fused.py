@@ -208,7 +208,7 @@ class _Graph:
             metrics.tally("fused_flush_reasons", reason)
             if first:
                 metrics.compilation(
-                    "fused", "program", time.perf_counter() - start, _cause(names, key, self)
+                    "fused", None, time.perf_counter() - start, _cause(names, key, self)
                 )
         if wanted is not None and wanted.value is None and wanted.graph is self:
             wanted.graph = None

@@ -53,7 +53,7 @@ def set_mode(name: str) -> None:
     """
     _check(name)
     if settings.mode == "fused" and name != "fused":
-        from torch_pjrt import fused
+        from torch_pjrt.modes import fused
 
         fused.flush_all("mode switch")
     settings.mode = name
@@ -107,7 +107,7 @@ class step(contextlib.ContextDecorator):
     def __exit__(self, *exc):
         try:
             if _steps["depth"] == 1 and exc[0] is None and settings.mode == "fused":
-                from torch_pjrt import fused
+                from torch_pjrt.modes import fused
 
                 fused.flush_all("end of step")  # (still inside the step, for strict mode)
         finally:
