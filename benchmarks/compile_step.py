@@ -32,8 +32,9 @@ Variants (rows of the table):
     ``torch.compile(step)`` (inductor, C++ codegen) on the CPU. If inductor fails (no C++
     compiler, ...), the reason is printed and the row is skipped. AdamW as for CPU eager.
 ``pjrt eager``
-    The model on ``pjrt`` without compile, one XLA program per op (overhead-bound
-    workload only: it is slow).
+    The model on ``pjrt`` without compile in ``torch_pjrt.mode("eager")``, one XLA
+    program per op (overhead-bound workload only: it is slow; ``benchmarks/modes.py``
+    compares the execution modes, fused included).
 
 Columns:
 
@@ -253,7 +254,8 @@ def _graph_metrics() -> dict:
     d = torch_pjrt.metrics.as_dict()
     out = {k: v for k, v in sorted(d.items()) if k.startswith(("graph_", "dynamo_"))}
     out["host_syncs"] = d["host_syncs"]
-    out["eager_op_compilations"] = d["compilations"]
+    # programs built outside the graphs (the ops between them: eager or fused mode)
+    out["op_compilations"] = d.get("eager_compilations", 0) + d.get("fused_compilations", 0)
     out["eager_ops"] = d["ops"]
     out["fallbacks"] = d["fallbacks"]
     return out
@@ -367,16 +369,17 @@ def run_workload(name: str, spec: dict, steps: int, first_compile_in_process: bo
 
     # 5. pjrt eager (only where the model is small)
     if name == "overhead-bound":
-        model = to_pjrt(copy.deepcopy(base))
-        step, _ = torch_step(model, None)
-        x, y = x_cpu.to("pjrt"), y_cpu.to("pjrt")
+        with torch_pjrt.mode("eager"):  # (benchmarks/modes.py compares the modes)
+            model = to_pjrt(copy.deepcopy(base))
+            step, _ = torch_step(model, None)
+            x, y = x_cpu.to("pjrt"), y_cpu.to("pjrt")
 
-        def pjrt_eager():
-            loss = step(x, y)
-            torch.pjrt.synchronize()
-            return loss.item()
+            def pjrt_eager():
+                loss = step(x, y)
+                torch.pjrt.synchronize()
+                return loss.item()
 
-        results["pjrt eager"] = measure(pjrt_eager, WARMUP_EAGER, steps)
+            results["pjrt eager"] = measure(pjrt_eager, WARMUP_EAGER, steps)
         del model, step, x, y
 
     b = results["plain JAX"]["warmup_losses"][0]

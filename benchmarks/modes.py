@@ -1,0 +1,416 @@
+"""A GPT training step and inference forward under torch_pjrt's three execution modes.
+
+Usage::
+
+    .venv/bin/python benchmarks/modes.py                                  # both workloads
+    .venv/bin/python benchmarks/modes.py --workload overhead-bound --steps 30
+    .venv/bin/python benchmarks/modes.py --variants "plain JAX,pjrt eager,pjrt fused"
+    .venv/bin/python benchmarks/modes.py --threads 1 --json /tmp/modes.json
+
+Workloads (``examples/gpt/model.py``, vocabulary 2048), each with two groups of rows:
+``train`` (forward, ``loss.backward()``, ``torch.optim.AdamW(lr=1e-3)`` with default
+options, ``zero_grad(set_to_none=True)``) and ``inference`` (``torch.no_grad()``, logits).
+
+``compute-bound``   4 layers, n_embd 256, 4 heads, block 128; batch 8, sequence 128
+``overhead-bound``  2 layers, n_embd 64, 2 heads, block 32; batch 1, sequence 32
+
+Variants (rows):
+
+``CPU eager``     the PyTorch model on the CPU
+``CPU inductor``  ``torch.compile`` of the step on the CPU (skipped, reason printed, on failure)
+``pjrt debug``    model on ``pjrt`` in ``torch_pjrt.mode("debug")``: ops run synchronously
+``pjrt eager``    ``torch_pjrt.mode("eager")``: one cached XLA program per op, asynchronous
+``pjrt fused``    ``torch_pjrt.mode("fused")``: recorded ops run as one XLA program at the
+                  end of ``torch_pjrt.step()`` (or earlier, where a value is needed)
+``plain JAX``     ``compile_step.py``'s GPT in ``jax.numpy`` from the same parameters: one
+                  ``jax.jit`` of forward, ``value_and_grad`` and AdamW with parameters and
+                  optimizer state donated (inference: of the forward). The ceiling.
+
+A pjrt step is ``with torch_pjrt.step(): ...`` then ``torch.pjrt.synchronize()``, inside
+``torch_pjrt.mode(name)`` from moving the model to the last timed step; a JAX step ends
+in ``jax.block_until_ready``; CPU PyTorch is synchronous.
+
+Columns: ``median ms``, ``p10/p90 ms`` of the timed steps (default 10, after 3 warm-up
+steps counting the first; pjrt debug on compute-bound takes fewer, at least 3, where they
+would pass ~30 s, and says so); ``x JAX``, median / plain JAX's; ``first s``, the first
+step with any tracing and compiling (runs go plain JAX, CPU eager, CPU inductor, pjrt
+fused, eager, debug, train before inference: debug reuses the per-op programs of eager,
+inference those of train); ``RSS MiB``, the process's peak resident memory during the
+variant (peak reset before it via /proc/self/clear_refs, read with getrusage ru_maxrss)
+and ``+MiB`` over the RSS at that reset. RSS is a process number, not a device one:
+``dev MiB`` (``torch.pjrt.max_memory_allocated()``, JAX's ``peak_bytes_in_use``) shows
+only where the platform reports a peak; on JAX's CPU platform it does not.
+
+Below each group: first-step losses against plain JAX (within 1e-4 relative; inference
+compares the cross-entropy of the logits), pjrt fused's ``torch_pjrt.metrics`` over the
+timed loop and compilations per step (0 from the third step on), fused / eager, and the
+targets: compute-bound, fused <= 1.3x plain JAX; overhead-bound, fused >= 3x faster
+than eager and <= 2x plain JAX. The load average is printed at start and end: numbers
+from a busy machine are noisy, and there PyTorch's CPU threads can stall for 100s of ms
+a step (large CPU medians or p90s); ``--threads 1`` avoids that.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import gc
+import json
+import os
+import pathlib
+import platform
+import resource
+import statistics
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+import torch._dynamo
+import torch.nn.functional as F
+
+import torch_pjrt
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import compile_step as cs  # noqa: E402
+from compile_step import GPT, GPTConfig  # noqa: E402
+
+WORKLOADS = {  # name: (GPTConfig(vocab_size, block_size, n_layer, n_head, n_embd), batch, seq)
+    "compute-bound": (GPTConfig(2048, 128, 4, 4, 256), 8, 128),
+    "overhead-bound": (GPTConfig(2048, 32, 2, 2, 64), 1, 32),
+}
+VARIANTS = ("CPU eager", "CPU inductor", "pjrt debug", "pjrt eager", "pjrt fused", "plain JAX")
+RUN_ORDER = ("plain JAX", "CPU eager", "CPU inductor", "pjrt fused", "pjrt eager", "pjrt debug")
+KINDS = ("train", "inference")
+WARMUP = 3
+DEBUG_BUDGET_S = 30.0
+LOSS_RTOL = 1e-4
+FUSED_KEYS = ("fused_compilations", "fused_flushes", "fused_ops", "compilations", "host_syncs")
+
+
+def gpt_logits(params: dict, idx, cfg: GPTConfig):
+    """``GPT.forward(idx)[0]``: ``compile_step.gpt_loss`` up to the logits."""
+    _linear, _layer_norm = cs._linear, cs._layer_norm
+    B, T = idx.shape
+    C, nh = cfg.n_embd, cfg.n_head
+    x = params["tok_emb.weight"][idx] + params["pos_emb.weight"][:T]
+    causal = jnp.tril(jnp.ones((T, T), dtype=bool))
+    for i in range(cfg.n_layer):
+        p = {k[len(f"blocks.{i}.") :]: v for k, v in params.items() if k.startswith(f"blocks.{i}.")}
+        h = _layer_norm(x, p["ln1.weight"], p["ln1.bias"])
+        q, k, v = jnp.split(_linear(h, p["attn.qkv.weight"], p["attn.qkv.bias"]), 3, axis=-1)
+        q, k, v = (t.reshape(B, T, nh, C // nh).transpose(0, 2, 1, 3) for t in (q, k, v))
+        scores = (q @ k.transpose(0, 1, 3, 2)) / np.sqrt(C // nh)
+        att = jax.nn.softmax(jnp.where(causal, scores, -jnp.inf), axis=-1)
+        y = (att @ v).transpose(0, 2, 1, 3).reshape(B, T, C)
+        x = x + _linear(y, p["attn.proj.weight"], p["attn.proj.bias"])
+        h = _layer_norm(x, p["ln2.weight"], p["ln2.bias"])
+        h = jax.nn.gelu(_linear(h, p["mlp.fc.weight"], p["mlp.fc.bias"]), approximate=False)
+        x = x + _linear(h, p["mlp.proj.weight"], p["mlp.proj.bias"])
+    x = _layer_norm(x, params["ln_f.weight"], params["ln_f.bias"])
+    return _linear(x, params["tok_emb.weight"])
+
+
+def reset_peak_rss() -> float | None:
+    """Reset the process's peak RSS (Linux >= 4.0); the RSS now in MiB, None if it can't."""
+    gc.collect()
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except OSError:
+        return None
+
+
+def device_peak_mib(variant: str) -> float | None:
+    if variant.startswith("pjrt") and torch.pjrt.memory_stats().get("source") == "platform":
+        return torch.pjrt.max_memory_allocated() / 2**20
+    if variant == "plain JAX":
+        peak = (jax.devices()[0].memory_stats() or {}).get("peak_bytes_in_use")
+        return None if peak is None else peak / 2**20
+    return None
+
+
+def to_pjrt(model: GPT) -> GPT:
+    model = model.to("pjrt")
+    if model.cfg.tie_weights and model.lm_head.weight is not model.tok_emb.weight:
+        print('  model.to("pjrt") untied lm_head.weight from tok_emb.weight; tied again')
+        model.lm_head.weight = model.tok_emb.weight
+    return model
+
+
+def torch_step(kind: str, model: torch.nn.Module, x, y, backend: str | None) -> Callable:
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def train():
+        _, loss = model(x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    def inference():
+        with torch.no_grad():
+            return model(x)[0]
+
+    step = train if kind == "train" else inference
+    if backend is not None:
+        torch._dynamo.reset()
+        step = torch.compile(step, backend=backend)
+    return step
+
+
+def pjrt_step(step: Callable) -> Callable:
+    def run():
+        with torch_pjrt.step():
+            out = step()
+        torch.pjrt.synchronize()
+        return out
+
+    return run
+
+
+def jax_step(kind: str, base: GPT, x: torch.Tensor, y: torch.Tensor) -> Callable:
+    cfg = base.cfg
+    params = {k: jnp.asarray(v.detach().numpy()) for k, v in base.named_parameters()}
+    jx, jy = jnp.asarray(x.numpy(), jnp.int32), jnp.asarray(y.numpy(), jnp.int32)
+    if kind == "inference":
+        forward = jax.jit(lambda p, idx: gpt_logits(p, idx, cfg))
+        return lambda: jax.block_until_ready(forward(params, jx))
+    defaults = torch.optim.AdamW([torch.zeros(1)], lr=1e-3).defaults
+    jstep = cs.make_jax_step(cfg, {k: defaults[k] for k in ("lr", "betas", "eps", "weight_decay")})
+    state = [params, cs.adamw_init(params)]
+
+    def train():
+        state[0], state[1], loss = jax.block_until_ready(jstep(state[0], state[1], jx, jy))
+        return loss
+
+    return train
+
+
+def check_value(kind: str, y: torch.Tensor) -> Callable[[Any], float]:
+    """The loss of a step's output: the loss itself, or the cross-entropy of the logits."""
+    targets = y.flatten()
+
+    def value(out) -> float:
+        if kind == "train":
+            return out.item()
+        logits = torch.tensor(np.asarray(out.cpu() if isinstance(out, torch.Tensor) else out))
+        return F.cross_entropy(logits.double().flatten(0, 1), targets).item()
+
+    return value
+
+
+def _delta(before: dict, after: dict) -> dict:
+    out = {}
+    for k, v in after.items():
+        if isinstance(v, dict):
+            d = {n: c - before.get(k, {}).get(n, 0) for n, c in v.items()}
+            if any(d.values()):
+                out[k] = {n: c for n, c in d.items() if c}
+        elif isinstance(v, (int, float)) and v != before.get(k, 0):
+            out[k] = v - before.get(k, 0)
+    return out
+
+
+def measure(step: Callable, value: Callable, n: int, budget_s: float | None = None) -> dict:
+    """``WARMUP`` steps (losses kept), then ``n`` timed ones, fewer where ``budget_s``
+    would be exceeded; torch_pjrt.metrics are read around the timed loop, and the
+    fused compilations after every step."""
+    torch_pjrt.metrics.reset()
+    losses, times, compiles = [], [], []
+    for i in range(WARMUP):
+        t0 = time.perf_counter()
+        out = step()
+        times.append(time.perf_counter() - t0)
+        losses.append(value(out))
+        compiles.append(torch_pjrt.metrics.as_dict().get("fused_compilations", 0))
+    first_s = times[0]
+    if budget_s is not None:
+        n = min(n, max(3, int(budget_s / times[-1])))
+    before, times = torch_pjrt.metrics.as_dict(), []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        step()
+        times.append((time.perf_counter() - t0) * 1e3)
+        compiles.append(torch_pjrt.metrics.as_dict().get("fused_compilations", 0))
+    return {
+        "median_ms": statistics.median(times),
+        "p10_ms": cs._percentile(times, 10),
+        "p90_ms": cs._percentile(times, 90),
+        "first_step_s": first_s,
+        "steps": n,
+        "warmup_losses": losses,
+        "times_ms": times,
+        "metrics_timed": _delta(before, torch_pjrt.metrics.as_dict()),
+        "fused_compilations_per_step": np.diff([0, *compiles]).tolist(),
+    }
+
+
+def run_variant(variant: str, kind: str, base: GPT, x, y, n: int, workload: str) -> dict:
+    value = check_value(kind, y)
+    rss0 = reset_peak_rss()
+    if variant == "plain JAX":
+        r = measure(jax_step(kind, base, x, y), value, n)
+    elif variant.startswith("CPU"):
+        backend = "inductor" if variant == "CPU inductor" else None
+        r = measure(torch_step(kind, copy.deepcopy(base), x, y, backend), value, n)
+    else:
+        mode = variant.split()[1]
+        budget = DEBUG_BUDGET_S if mode == "debug" and workload == "compute-bound" else None
+        with torch_pjrt.mode(mode):
+            torch.pjrt.reset_peak_memory_stats()
+            model = to_pjrt(copy.deepcopy(base))
+            step = torch_step(kind, model, x.to("pjrt"), y.to("pjrt"), None)
+            r = measure(pjrt_step(step), value, n, budget)
+    r["rss_peak_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    r["rss_at_reset_mib"] = rss0
+    r["device_peak_mib"] = device_peak_mib(variant)
+    return r
+
+
+def run_group(workload: str, kind: str, variants: list[str], n: int) -> dict:
+    cfg, batch, seq = WORKLOADS[workload]
+    torch.manual_seed(0)
+    base = GPT(cfg)
+    g = torch.Generator().manual_seed(1234)
+    x, y = (torch.randint(0, cfg.vocab_size, (batch, seq), generator=g) for _ in range(2))
+    shape = f"batch {batch}, sequence {seq}, {base.num_params():,} parameters"
+    print(f"\n== {workload}, {kind}: {cfg}, {shape}", flush=True)
+    results, errors = {}, {}
+    for variant in (v for v in RUN_ORDER if v in variants):
+        print(f"  running {variant} ...", flush=True)
+        try:
+            results[variant] = run_variant(variant, kind, base, x, y, n, workload)
+        except Exception as e:
+            errors[variant] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200]}"
+            print(f"  {variant} FAILED, row skipped: {errors[variant]}")
+            if variant != "CPU inductor":
+                tail = traceback.format_exc().strip().splitlines()[-15:]
+                print("\n".join("    " + line for line in tail))
+        torch._dynamo.reset()
+    out = {"variants": results, "errors": errors}
+    out["loss_checks"] = print_table(results, errors, n)
+    out["targets"] = print_targets(workload, results)
+    return out
+
+
+def print_table(results: dict, errors: dict, n: int) -> dict:
+    jax_ms = results.get("plain JAX", {}).get("median_ms")
+    cols = (("variant", 14), ("median ms", 11), ("p10 ms", 9), ("p90 ms", 9), ("x JAX", 7))
+    cols += (("first s", 9), ("RSS MiB", 9), ("+MiB", 7), ("dev MiB", 9))
+    head = "  " + "".join(f"{c:<{w}}" if i == 0 else f"{c:>{w}}" for i, (c, w) in enumerate(cols))
+    print(f"\n{head}\n  {'-' * (len(head) - 2)}")
+    for v in VARIANTS:
+        if v in errors:
+            print(f"  {v:<14}failed: {errors[v][:80]}")
+        if v not in results:
+            continue
+        r = results[v]
+        ratio = f"{r['median_ms'] / jax_ms:7.2f}" if jax_ms else f"{'-':>7}"
+        rss0 = r["rss_at_reset_mib"]
+        grow = "-" if rss0 is None else f"{max(0.0, r['rss_peak_mib'] - rss0):.0f}"
+        dev = "-" if r["device_peak_mib"] is None else f"{r['device_peak_mib']:.1f}"
+        note = f"  ({r['steps']} timed steps, not {n})" if r["steps"] != n else ""
+        print(
+            f"  {v:<14}{r['median_ms']:>11.3f}{r['p10_ms']:>9.3f}{r['p90_ms']:>9.3f}{ratio}"
+            f"{r['first_step_s']:>9.2f}{r['rss_peak_mib']:>9.0f}{grow:>7}{dev:>9}{note}"
+        )
+    if any(r["rss_at_reset_mib"] is None for r in results.values()):
+        print("  (peak RSS could not be reset: RSS MiB is the process peak since start)")
+    checks = {}
+    if "plain JAX" not in results:
+        print("  first-step loss check skipped: no plain JAX row")
+        return checks
+    ref = results["plain JAX"]["warmup_losses"][0]
+    print(f"  first-step loss, plain JAX: {ref:.7f}")
+    for v in VARIANTS:
+        if v in results and v != "plain JAX":
+            loss = results[v]["warmup_losses"][0]
+            rel = abs(loss - ref) / abs(ref)
+            checks[v] = {"loss": loss, "rel_diff": rel, "ok": rel <= LOSS_RTOL}
+            ok = "ok" if rel <= LOSS_RTOL else f"FAIL (> {LOSS_RTOL:g})"
+            print(f"  first-step loss, {v:<12}: {loss:.7f}  rel diff {rel:.1e}  {ok}")
+    return checks
+
+
+def print_fused(fused: dict, ms: dict) -> None:
+    m = fused["metrics_timed"]
+    counters = ", ".join(f"{k} {m.get(k, 0)}" for k in FUSED_KEYS)
+    print(f"  pjrt fused, torch_pjrt.metrics over the {fused['steps']} timed steps: {counters}")
+    print(f"    flush reasons {m.get('fused_flush_reasons')}, fallbacks {m.get('fallbacks', {})}")
+    per_step = fused["fused_compilations_per_step"]
+    late = sum(per_step[2:])
+    verdict = "ok" if late == 0 else "FAIL, must be 0"
+    print(f"  pjrt fused compilations per step {per_step}: from step 3 on {late} ({verdict})")
+    if "pjrt eager" in ms:
+        ratio = ms["pjrt fused"] / ms["pjrt eager"]
+        print(f"  fused / eager: {ratio:.3f} (fused {1 / ratio:.2f}x faster than eager)")
+
+
+def print_targets(workload: str, results: dict) -> dict:
+    ms = {v: r["median_ms"] for v, r in results.items()}
+    if "pjrt fused" in results:
+        print_fused(results["pjrt fused"], ms)
+    wanted = [("fused <= 1.3x plain JAX", "pjrt fused", "plain JAX", 1.3)]
+    if workload == "overhead-bound":
+        wanted = [
+            ("fused >= 3x faster than eager", "pjrt fused", "pjrt eager", 1 / 3),
+            ("fused <= 2x plain JAX", "pjrt fused", "plain JAX", 2.0),
+        ]
+    targets = {}
+    for label, a, b, limit in wanted:
+        if a not in ms or b not in ms:
+            targets[label] = None
+            print(f"  target {label}: not evaluated ({a} or {b} not run)")
+            continue
+        targets[label] = ms[a] / ms[b] <= limit
+        met = "met" if targets[label] else "NOT met"
+        print(f"  target {label}: {met} ({a} / {b} = {ms[a] / ms[b]:.2f})")
+    return targets
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--workload", choices=[*WORKLOADS, "all"], default="all")
+    ap.add_argument("--steps", type=int, default=10, help="timed steps (default 10)")
+    ap.add_argument("--threads", type=int, help="torch.set_num_threads for CPU PyTorch")
+    ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated rows")
+    ap.add_argument("--json", type=pathlib.Path, help="write the numbers here")
+    args = ap.parse_args(argv)
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    if unknown := [v for v in variants if v not in VARIANTS]:
+        ap.error(f"unknown variants {unknown}; choose from {', '.join(VARIANTS)}")
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    load_start = os.getloadavg()
+    print(
+        f"torch {torch.__version__}, jax {jax.__version__}, pjrt device "
+        f"{torch.pjrt.get_device_name()} (JAX {jax.devices()[0]}), python "
+        f"{platform.python_version()}, {os.cpu_count()} CPUs, PyTorch CPU threads "
+        f"{torch.get_num_threads()}\nload average at start: "
+        + " ".join(f"{x:.2f}" for x in load_start),
+        flush=True,
+    )
+    out: dict[str, Any] = {"torch": torch.__version__, "jax": jax.__version__}
+    out |= {"torch_threads": torch.get_num_threads(), "load_start": load_start, "workloads": {}}
+    for workload in WORKLOADS if args.workload == "all" else [args.workload]:
+        out["workloads"][workload] = {
+            kind: run_group(workload, kind, variants, args.steps) for kind in KINDS
+        }
+    out["load_end"] = os.getloadavg()
+    print("\nload average at end: " + " ".join(f"{x:.2f}" for x in out["load_end"]))
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1, default=str))
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
