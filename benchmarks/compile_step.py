@@ -135,8 +135,8 @@ def _layer_norm(x, w, b, eps=1e-5):
     return (x - mean) * jax.lax.rsqrt(var + eps) * w + b
 
 
-def gpt_loss(params: dict, idx, targets, cfg: GPTConfig):
-    """``GPT.forward(idx, targets)[1]`` in jax.numpy; ``params`` as ``named_parameters``."""
+def gpt_logits(params: dict, idx, cfg: GPTConfig):
+    """``GPT.forward(idx)[0]`` in jax.numpy; ``params`` as ``named_parameters``."""
     B, T = idx.shape
     C, nh = cfg.n_embd, cfg.n_head
     hd = C // nh
@@ -155,8 +155,12 @@ def gpt_loss(params: dict, idx, targets, cfg: GPTConfig):
         h = jax.nn.gelu(_linear(h, p["mlp.fc.weight"], p["mlp.fc.bias"]), approximate=False)
         x = x + _linear(h, p["mlp.proj.weight"], p["mlp.proj.bias"])
     x = _layer_norm(x, params["ln_f.weight"], params["ln_f.bias"])
-    logits = _linear(x, params["tok_emb.weight"])  # lm_head tied to the token embedding
-    logp = jax.nn.log_softmax(logits, axis=-1)
+    return _linear(x, params["tok_emb.weight"])  # lm_head tied to the token embedding
+
+
+def gpt_loss(params: dict, idx, targets, cfg: GPTConfig):
+    """``GPT.forward(idx, targets)[1]`` in jax.numpy."""
+    logp = jax.nn.log_softmax(gpt_logits(params, idx, cfg), axis=-1)
     return -jnp.take_along_axis(logp, targets[..., None], axis=-1).mean()
 
 
@@ -486,11 +490,16 @@ def main(argv: list[str] | None = None) -> int:
     for i, name in enumerate(names):
         spec = WORKLOADS[name]
         out["workloads"][name] = run_workload(name, spec, args.steps or spec["steps"], i == 0)
+    return finish(out, args.json)
+
+
+def finish(out: dict, json_path: pathlib.Path | None) -> int:
+    """Print the load average at the end, write the results as JSON if asked."""
     out["load_end"] = os.getloadavg()
     print(f"\nload average at end: {' '.join(f'{x:.2f}' for x in out['load_end'])}")
-    if args.json:
-        args.json.write_text(json.dumps(out, indent=1, default=str))
-        print(f"wrote {args.json}")
+    if json_path:
+        json_path.write_text(json.dumps(out, indent=1, default=str))
+        print(f"wrote {json_path}")
     return 0
 
 

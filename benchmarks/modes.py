@@ -55,7 +55,6 @@ from __future__ import annotations
 import argparse
 import copy
 import gc
-import json
 import os
 import pathlib
 import platform
@@ -91,29 +90,6 @@ WARMUP = 3
 DEBUG_BUDGET_S = 30.0
 LOSS_RTOL = 1e-4
 FUSED_KEYS = ("fused_compilations", "fused_flushes", "fused_ops", "compilations", "host_syncs")
-
-
-def gpt_logits(params: dict, idx, cfg: GPTConfig):
-    """``GPT.forward(idx)[0]``: ``compile_step.gpt_loss`` up to the logits."""
-    _linear, _layer_norm = cs._linear, cs._layer_norm
-    B, T = idx.shape
-    C, nh = cfg.n_embd, cfg.n_head
-    x = params["tok_emb.weight"][idx] + params["pos_emb.weight"][:T]
-    causal = jnp.tril(jnp.ones((T, T), dtype=bool))
-    for i in range(cfg.n_layer):
-        p = {k[len(f"blocks.{i}.") :]: v for k, v in params.items() if k.startswith(f"blocks.{i}.")}
-        h = _layer_norm(x, p["ln1.weight"], p["ln1.bias"])
-        q, k, v = jnp.split(_linear(h, p["attn.qkv.weight"], p["attn.qkv.bias"]), 3, axis=-1)
-        q, k, v = (t.reshape(B, T, nh, C // nh).transpose(0, 2, 1, 3) for t in (q, k, v))
-        scores = (q @ k.transpose(0, 1, 3, 2)) / np.sqrt(C // nh)
-        att = jax.nn.softmax(jnp.where(causal, scores, -jnp.inf), axis=-1)
-        y = (att @ v).transpose(0, 2, 1, 3).reshape(B, T, C)
-        x = x + _linear(y, p["attn.proj.weight"], p["attn.proj.bias"])
-        h = _layer_norm(x, p["ln2.weight"], p["ln2.bias"])
-        h = jax.nn.gelu(_linear(h, p["mlp.fc.weight"], p["mlp.fc.bias"]), approximate=False)
-        x = x + _linear(h, p["mlp.proj.weight"], p["mlp.proj.bias"])
-    x = _layer_norm(x, params["ln_f.weight"], params["ln_f.bias"])
-    return _linear(x, params["tok_emb.weight"])
 
 
 def reset_peak_rss() -> float | None:
@@ -181,7 +157,7 @@ def jax_step(kind: str, base: GPT, x: torch.Tensor, y: torch.Tensor) -> Callable
     params = {k: jnp.asarray(v.detach().numpy()) for k, v in base.named_parameters()}
     jx, jy = jnp.asarray(x.numpy(), jnp.int32), jnp.asarray(y.numpy(), jnp.int32)
     if kind == "inference":
-        forward = jax.jit(lambda p, idx: gpt_logits(p, idx, cfg))
+        forward = jax.jit(lambda p, idx: cs.gpt_logits(p, idx, cfg))
         return lambda: jax.block_until_ready(forward(params, jx))
     defaults = torch.optim.AdamW([torch.zeros(1)], lr=1e-3).defaults
     jstep = cs.make_jax_step(cfg, {k: defaults[k] for k in ("lr", "betas", "eps", "weight_decay")})
@@ -404,12 +380,7 @@ def main(argv: list[str] | None = None) -> int:
         out["workloads"][workload] = {
             kind: run_group(workload, kind, variants, args.steps) for kind in KINDS
         }
-    out["load_end"] = os.getloadavg()
-    print("\nload average at end: " + " ".join(f"{x:.2f}" for x in out["load_end"]))
-    if args.json:
-        args.json.write_text(json.dumps(out, indent=1, default=str))
-        print(f"wrote {args.json}")
-    return 0
+    return cs.finish(out, args.json)
 
 
 if __name__ == "__main__":

@@ -345,3 +345,25 @@ def test_metrics_explain_compilations_and_transfers():
     assert d["ops"]["aten.mul.Tensor"] == 2
     report = metrics.report()
     assert "aten.mul.Tensor" in report and "transfers_to_device: 1" in report
+
+
+def test_a_failed_fused_program_is_reported_where_its_values_are_read(monkeypatch):
+    from torch_pjrt.modes import fused
+
+    def broken(self, key):
+        def run(inputs):
+            raise RuntimeError("device lost")
+
+        return run
+
+    x = torch.ones(7, 13).to("pjrt")  # a shape no other test records
+    with torch_pjrt.mode("fused"):
+        y = x * 3
+        monkeypatch.setattr(fused._Graph, "_program", broken)
+        with pytest.raises(RuntimeError, match="device lost"):
+            y.cpu()
+        monkeypatch.undo()
+        with pytest.raises(RuntimeError, match="the fused program that computes this value failed"):
+            y.cpu()
+        assert fused.pending_ops() == 0  # the failed recording was dropped
+        assert (x * 2).cpu().sum().item() == 2 * 7 * 13  # and the device works on

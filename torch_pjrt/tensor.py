@@ -408,6 +408,41 @@ def _check_no_overlap(t: torch.Tensor) -> None:
             )
 
 
+def replace(t: torch.Tensor, value) -> bool:
+    """Store ``value`` as t's whole storage when that is all a write needs (t covers its
+    storage, same shape and dtype: an in-place op's common case); False otherwise."""
+    cell = getattr(t.untyped_storage(), _ATTR, None)
+    if (
+        cell is None
+        or t.dtype != cell.dtype
+        or value.shape != t.shape
+        or value.dtype != _NP_DTYPES.get(t.dtype)
+        or value.size != cell.size
+        or t.storage_offset() != 0
+        or not t.is_contiguous()
+        or t.is_conj()
+        or t.is_neg()
+    ):
+        return False
+    cell.array = value
+    return True
+
+
+_NP_DTYPES = {
+    d: np.dtype(jax_dtype(d))
+    for d in (
+        torch.float32,
+        torch.float16,
+        torch.bfloat16,
+        torch.float64,
+        torch.int64,
+        torch.int32,
+        torch.bool,
+        torch.uint8,
+    )
+}
+
+
 def write(t: torch.Tensor, value: jax.Array) -> None:
     """Store ``value`` (already of t's shape and dtype) into t's view of its storage.
 

@@ -99,20 +99,19 @@ def _check_nan(op, args, kwargs, leaves) -> None:
             )
 
 
-def _to_cpu(x):
+def _cpu_copy(t: torch.Tensor) -> torch.Tensor:
     from torch_pjrt.runtime.transfer import from_numpy
     from torch_pjrt.tensor import read
 
-    if isinstance(x, torch.Tensor) and x.device.type == "pjrt":
-        t = from_numpy(np.array(read(x)), x.dtype)
-        return t.requires_grad_(x.requires_grad) if x.is_floating_point() else t
-    if isinstance(x, torch.device) and x.type == "pjrt":
-        return torch.device("cpu")
-    if isinstance(x, str) and x.startswith("pjrt"):
-        return "cpu"
-    if isinstance(x, (list, tuple)):
-        return type(x)(_to_cpu(v) for v in x)
-    return x
+    if t.device.type != "pjrt":
+        return t
+    return from_numpy(np.array(read(t)), t.dtype)  # (not counted as a user's host read)
+
+
+def _to_cpu(x):
+    from torch_pjrt.ops.registry import retarget
+
+    return retarget(x, "cpu", _cpu_copy)
 
 
 def _check_numerics(op, args, kwargs, out) -> None:

@@ -45,13 +45,14 @@ class Unfusable(Exception):
 class Pending:
     """A value a recorded op will produce: its shape and dtype, and later its array."""
 
-    __slots__ = ("aval", "dtype", "graph", "shape", "value", "where")
+    __slots__ = ("aval", "dtype", "error", "graph", "shape", "value", "where")
 
     def __init__(self, out: tuple, graph, where):
         self.aval, self.shape, self.dtype = out
         self.graph = graph
         self.where = where  # (node, output) in the graph's recording
         self.value = None
+        self.error = None  # why the program computing it failed
 
     @property
     def ndim(self) -> int:
@@ -70,6 +71,11 @@ class Pending:
             graph = self.graph
             if graph is not None:
                 graph.flush("host read", self)
+            if self.value is None and self.error is not None:
+                raise RuntimeError(
+                    "pjrt: the fused program that computes this value failed: "
+                    f"{type(self.error).__name__}: {self.error}"
+                ) from self.error
             if self.value is None:
                 raise RuntimeError(
                     "torch_pjrt fused mode: a pending value was dropped before it was "
@@ -93,7 +99,8 @@ def concrete(x):
 
 _lock = threading.RLock()
 _shapes: dict = {}  # (fn, treedef, argument signatures) -> (output treedef, avals)
-_programs: dict = {}  # recording key -> jitted replay
+_programs: dict = {}  # recording key -> jitted replay (insertion order: oldest first)
+_MAX_PROGRAMS = 1024
 
 
 def _spec(leaf):
@@ -192,17 +199,25 @@ class _Graph:
             program = _programs.get(key)
             first = program is None
             start = time.perf_counter()
+            try:
+                if first:
+                    program = self._program(key)
+                with jax.enable_x64(True):
+                    values = program(self.inputs)
+            except Exception as exc:
+                # the recording is dropped; its values report this error when read
+                self._drop(nodes, exc)
+                raise
             if first:
-                program = _programs[key] = self._program(key)
-            with jax.enable_x64(True):
-                values = program(self.inputs)
+                if len(_programs) >= _MAX_PROGRAMS:  # the oldest program goes
+                    del _programs[next(iter(_programs))]
+                _programs[key] = program
+            else:
+                metrics.count("fused_cache_hits")
             for p, value in zip(held, values):
                 p.value = value
             names, self.last_key = self.names, key
-            for node in nodes:
-                for p in node[3]:
-                    p.graph = None
-            self._clear()
+            self._drop(nodes, None)
             metrics.count("fused_flushes")
             metrics.count("fused_executions")
             metrics.tally("fused_flush_reasons", reason)
@@ -212,6 +227,13 @@ class _Graph:
                 )
         if wanted is not None and wanted.value is None and wanted.graph is self:
             wanted.graph = None
+
+    def _drop(self, nodes, error) -> None:
+        for node in nodes:
+            for p in node[3]:
+                p.graph = None
+                p.error = error
+        self._clear()
 
     def _program(self, key):
         _, nodes, _, outputs = key

@@ -26,7 +26,7 @@ from torch_pjrt import runtime
 from torch_pjrt.config import settings
 from torch_pjrt.diagnostics import checks, metrics
 from torch_pjrt.modes import StrictModeError, fused
-from torch_pjrt.tensor import read, read_lazy, wrap, write
+from torch_pjrt.tensor import read, read_lazy, replace, wrap, write
 
 log = logging.getLogger("torch_pjrt")
 aten = torch.ops.aten
@@ -403,16 +403,26 @@ class Kernel:
         return out[:n] if n > 1 or self.returns_tuple else out[0]
 
 
-def _to_meta(x):
+def retarget(x, device: str, tensor: Callable):
+    """An argument (tree) of an op moved to ``device``: tensors through ``tensor``,
+    pjrt devices and device strings replaced."""
     if isinstance(x, torch.Tensor):
-        return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+        return tensor(x)
     if isinstance(x, torch.device) and x.type == "pjrt":
-        return torch.device("meta")
+        return torch.device(device)
     if isinstance(x, str) and x.startswith("pjrt"):
-        return "meta"
+        return device
     if isinstance(x, (list, tuple)):
-        return type(x)(_to_meta(v) for v in x)
+        return type(x)(retarget(v, device, tensor) for v in x)
     return x
+
+
+def _meta_like(t: torch.Tensor) -> torch.Tensor:
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+
+
+def _to_meta(x):
+    return retarget(x, "meta", _meta_like)
 
 
 def _explain(op: OpOverload, args, kwargs, exc: Exception) -> Exception:
@@ -444,6 +454,8 @@ def _dtype_name(dtype: torch.dtype) -> str:
 def _store(out: torch.Tensor, value: jax.Array, inplace: bool) -> None:
     from torch_pjrt.runtime.transfer import torch_dtype
 
+    if replace(out, value):  # same shape and dtype, the whole storage: nothing to check
+        return
     shape = tuple(value.shape)
     if tuple(out.shape) != shape:
         if inplace:
