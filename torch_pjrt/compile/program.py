@@ -25,6 +25,7 @@ from torch_pjrt import random as pjrt_random
 from torch_pjrt import runtime
 from torch_pjrt.compile import buckets
 from torch_pjrt.diagnostics import metrics
+from torch_pjrt.modes import fused
 from torch_pjrt.ops.registry import Lowering, Signature, graph_lookup, lookup
 from torch_pjrt.tensor import cell_of, new_tensor, read, whole, wrap, write
 
@@ -403,6 +404,8 @@ class GraphProgram:
         return donated, arrays, tuple(statics), index, tuple(kinds), cells
 
     def __call__(self, *args):
+        if fused.pending_ops():  # ops recorded before the graph (fused mode) run first
+            fused.flush_all("compiled graph")
         if self.plan is not None and self.plan.active:
             try:
                 return self._call_padded(args)

@@ -65,12 +65,13 @@ class Pending:
             n *= s
         return n
 
-    def concrete(self) -> jax.Array:
-        """The array, running the recording first if it has not run yet."""
+    def concrete(self, reason: str = "value needed") -> jax.Array:
+        """The array, running the recording first if it has not run yet (``reason`` is
+        counted in ``fused_flush_reasons``)."""
         if self.value is None:
             graph = self.graph
             if graph is not None:
-                graph.flush("host read", self)
+                graph.flush(reason, self)
             if self.value is None and self.error is not None:
                 raise RuntimeError(
                     "pjrt: the fused program that computes this value failed: "
@@ -88,12 +89,12 @@ class Pending:
         return f"Pending({self.aval.str_short()})"
 
 
-def concrete(x):
+def concrete(x, reason: str = "value needed"):
     """``x`` with pending values replaced by their arrays (any pytree)."""
     if x.__class__ is Pending:
-        return x.concrete()
+        return x.concrete(reason)
     if isinstance(x, (list, tuple)):
-        return type(x)(concrete(v) for v in x)
+        return type(x)(concrete(v, reason) for v in x)
     return x
 
 

@@ -17,6 +17,7 @@ from torch_pjrt import random as pjrt_random
 from torch_pjrt import runtime
 from torch_pjrt.config import settings
 from torch_pjrt.diagnostics import metrics
+from torch_pjrt.modes import fused
 from torch_pjrt.ops.registry import implements
 from torch_pjrt.runtime.transfer import jax_dtype
 from torch_pjrt.tensor import (
@@ -165,6 +166,13 @@ def resize_(self, size, memory_format=None):
     return _point_at(self, storage, offset, shape, strides)
 
 
+def _host_read(t: torch.Tensor) -> jax.Array:
+    """t's value, about to be copied to the host (what fused mode recorded runs first)."""
+    if settings.mode == "fused":
+        fused.flush_all("host read")
+    return read(t)
+
+
 def _to_device(value: jax.Array, index: int) -> jax.Array:
     return jax.device_put(value, runtime.device(index))
 
@@ -192,7 +200,7 @@ def copy_(self, src, non_blocking=False):
         write(self, _value_on(src, self.dtype, self.shape, self.device.index or 0))
         return self
     # pjrt -> cpu (or another backend): bring the source to the host first
-    host = runtime.to_host(read(src), src.dtype)
+    host = runtime.to_host(_host_read(src), src.dtype)
     return self.copy_(host)
 
 
@@ -225,7 +233,7 @@ def _to_copy(
         index = _index(target)
         return new_tensor(self.shape, dtype, index, _value_on(self, dtype, self.shape, index))
     # to the CPU (or another backend)
-    host = runtime.to_host(read(self), self.dtype)
+    host = runtime.to_host(_host_read(self), self.dtype)
     if host.dtype != dtype or target.type != "cpu":
         host = host.to(dtype=dtype, device=target)
     if pin_memory:
@@ -235,7 +243,7 @@ def _to_copy(
 
 @implements(aten._local_scalar_dense.default)
 def _local_scalar_dense(self):
-    value = runtime.to_host(read(self), self.dtype)
+    value = runtime.to_host(_host_read(self), self.dtype)
     return value.item()
 
 

@@ -385,7 +385,7 @@ class Kernel:
             out = self._write_back(out, args, kwargs)
         if self.returns_python:
             metrics.host_sync()
-            return fused.concrete(out).item()
+            return fused.concrete(out, "host read").item()
         if self.returns_list:
             return [wrap(a, index) for a in out]
         if self.returns_tuple:
