@@ -290,12 +290,9 @@ def test_waits_only_at_reads(mode):
 
 
 def test_strict_raises_on_cpu_fallback():
-    x = torch.rand(3).to("pjrt")
-    with (
-        torch_pjrt.strict(),
-        pytest.raises(torch_pjrt.StrictModeError, match="spherical_bessel_j0"),
-    ):
-        torch.special.spherical_bessel_j0(x)
+    x = torch.rand(3, 3).to("pjrt")
+    with torch_pjrt.strict(), pytest.raises(torch_pjrt.StrictModeError, match="geqrf"):
+        torch.geqrf(x)  # (no lowering: see tests/op_expectations.py)
 
 
 @pytest.mark.parametrize("mode", ["eager", "fused"])
@@ -367,3 +364,22 @@ def test_a_failed_fused_program_is_reported_where_its_values_are_read(monkeypatc
             y.cpu()
         assert fused.pending_ops() == 0  # the failed recording was dropped
         assert (x * 2).cpu().sum().item() == 2 * 7 * 13  # and the device works on
+
+
+def test_fused_optimizer_steps_end_steps_without_step_blocks():
+    # a loop with no torch_pjrt.step() and no host read: each optimizer step ends one
+    # recording, so every iteration is the same cached program
+    torch.manual_seed(0)
+    model = MODELS["mlp"]().to("pjrt")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    batch = tuple(t.to("pjrt") for t in model.batch(torch.Generator().manual_seed(1)))
+    compiles = []
+    with torch_pjrt.mode("fused"):
+        for _ in range(5):
+            metrics.reset()
+            opt.zero_grad()
+            model.loss(batch).backward()
+            opt.step()
+            compiles.append(metrics.as_dict().get("fused_compilations", 0))
+        assert metrics.as_dict()["fused_flush_reasons"] == {"optimizer step": 1}
+    assert compiles[2:] == [0, 0, 0], compiles

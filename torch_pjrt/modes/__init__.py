@@ -116,6 +116,17 @@ class step(contextlib.ContextDecorator):
         return False
 
 
+def _after_optimizer_step(optimizer, args, kwargs) -> None:
+    """In fused mode, an optimizer step outside ``torch_pjrt.step()`` ends a step: a
+    training loop's iterations then run as one cached program each, even when nothing
+    reads a value every iteration (else the recording would span iterations and be cut
+    by the size cap at a different op each time, compiling a new program each time)."""
+    if settings.mode == "fused" and _steps["depth"] == 0:
+        from torch_pjrt.modes import fused
+
+        fused.flush_all("optimizer step")
+
+
 def steps_done() -> int:
     """How many outermost ``torch_pjrt.step()`` blocks have been entered."""
     return _steps["count"]

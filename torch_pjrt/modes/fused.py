@@ -282,6 +282,12 @@ _graphs: dict[int, _Graph] = {}
 def _graph(index: int) -> _Graph:
     graph = _graphs.get(index)
     if graph is None:
+        if not _graphs:  # the first recording: from now on optimizer steps end steps
+            from torch.optim.optimizer import register_optimizer_step_post_hook
+
+            from torch_pjrt import modes
+
+            register_optimizer_step_post_hook(modes._after_optimizer_step)
         graph = _graphs[index] = _Graph(index)
     return graph
 

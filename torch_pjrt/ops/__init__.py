@@ -25,6 +25,7 @@ from torch_pjrt.ops import (  # noqa: F401  (each module registers its lowerings
     reduction,
     registry,
     shape,
+    special,
 )
 
 log = logging.getLogger("torch_pjrt")
