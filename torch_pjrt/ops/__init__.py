@@ -24,6 +24,7 @@ from torch_pjrt.ops import (  # noqa: F401  (each module registers its lowerings
     random,
     reduction,
     registry,
+    sampling,
     shape,
     special,
 )
