@@ -290,9 +290,11 @@ def test_waits_only_at_reads(mode):
 
 
 def test_strict_raises_on_cpu_fallback():
-    x = torch.rand(3, 3).to("pjrt")
-    with torch_pjrt.strict(), pytest.raises(torch_pjrt.StrictModeError, match="geqrf"):
-        torch.geqrf(x)  # (no lowering: see tests/op_expectations.py)
+    import tests.test_errors  # noqa: F401  (defines pjrt_test::twice, with a CPU kernel only)
+
+    x = torch.rand(3).to("pjrt")
+    with torch_pjrt.strict(), pytest.raises(torch_pjrt.StrictModeError, match="pjrt_test.twice"):
+        torch.ops.pjrt_test.twice(x)
 
 
 @pytest.mark.parametrize("mode", ["eager", "fused"])

@@ -21,6 +21,7 @@ from torch_pjrt.ops import (  # noqa: F401  (each module registers its lowerings
     linalg,
     memory,  # noqa: F401  (registers the primitives)
     nn,
+    nn_extra,
     random,
     reduction,
     registry,

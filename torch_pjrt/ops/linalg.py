@@ -312,11 +312,6 @@ def cholesky_inverse(self, upper=False):
     return _cholesky_solve_helper(eye, self, upper)
 
 
-@lowers(aten.linalg_matrix_exp.default)
-def linalg_matrix_exp(self):
-    return jax.scipy.linalg.expm(self)
-
-
 @lowers(aten.lu_unpack.default)
 def lu_unpack(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True):
     m, n = LU_data.shape[-2:]
@@ -338,3 +333,510 @@ def lu_unpack(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True):
 def linalg_cross(self, other, dim=-1):
     self, other = jnp.broadcast_arrays(self, other)
     return jnp.cross(self, other, axis=dim)
+
+
+# --- matrix exponential: PyTorch's optimized Taylor polynomials with scaling and squaring ---
+
+# 1-norm bounds under which the degree 1, 2, 4, 8, 12, 18 polynomials are accurate enough
+_EXP_THETAS = {
+    "single": (
+        1.192092800768788e-07,
+        5.978858893805233e-04,
+        5.116619363445086e-02,
+        5.800524627688768e-01,
+        1.461661507209034e00,
+        3.010066362817634e00,
+    ),
+    "double": (
+        2.220446049250313e-16,
+        2.580956802971767e-08,
+        3.397168839976962e-04,
+        4.991228871115323e-02,
+        2.996158913811580e-01,
+        1.090863719290036e00,
+    ),
+}
+
+# Bader, Blanes and Casas (2019): degree 12 and 18 as products of combinations of powers;
+# row i gives the weights of the powers (I, A, A^2, A^3[, A^6]) in the i-th combination
+_EXP_B12 = (
+    (
+        -1.86023205146205530824e-02,
+        -5.00702322573317714499e-03,
+        -5.73420122960522249400e-01,
+        -1.33399693943892061476e-01,
+    ),
+    (4.6, 9.92875103538486847299e-01, -1.32445561052799642976e-01, 1.72990000000000000000e-03),
+    (
+        2.11693118299809440730e-01,
+        1.58224384715726723583e-01,
+        1.65635169436727403003e-01,
+        1.07862779315792429308e-02,
+    ),
+    (0.0, -1.31810610138301836924e-01, -2.02785554058925905629e-02, -6.75951846863086323186e-03),
+)
+_EXP_B18 = (
+    (
+        0.0,
+        -1.00365581030144618291e-01,
+        -8.02924648241156932449e-03,
+        -8.92138498045729985177e-04,
+        0.0,
+    ),
+    (
+        0.0,
+        3.97849749499645077844e-01,
+        1.36783778460411720168e00,
+        4.98289622525382669416e-01,
+        -6.37898194594723280150e-04,
+    ),
+    (
+        -1.09676396052962061844e01,
+        1.68015813878906206114e00,
+        5.71779846478865511061e-02,
+        -6.98210122488052056106e-03,
+        3.34975017086070470649e-05,
+    ),
+    (
+        -9.04316832390810593223e-02,
+        -6.76404519071381882256e-02,
+        6.75961301770459654925e-02,
+        2.95552570429315521194e-02,
+        -1.39180257516060693404e-05,
+    ),
+    (
+        0.0,
+        0.0,
+        -9.23364619367118555360e-02,
+        -1.69364939002081722752e-02,
+        -1.40086798182036094347e-05,
+    ),
+)
+
+
+def _no_fma(x):
+    """x, behind a select XLA's CPU compiler cannot see through: products rounded before
+    they are summed, never contracted into fused multiply-adds (CPU's kernels do not)."""
+    return jnp.where(jnp.isnan(x), jnp.asarray(jnp.nan, x.dtype), x)
+
+
+def _mm(a, b):
+    """a @ b summed term by term in k order, as CPU's BLAS does for these small matrices."""
+    if a.shape[-1] > 16:
+        return jnp.matmul(a, b, precision=HIGHEST)
+    terms = _no_fma(a[..., :, :, None] * b[..., None, :, :])
+    acc = terms[..., :, 0, :]
+    for k in range(1, a.shape[-1]):
+        acc = acc + terms[..., :, k, :]
+    return acc
+
+
+def _combine(weights, powers):
+    terms = [_no_fma(p * jnp.asarray(w, p.dtype)) for w, p in zip(weights, powers) if w != 0]
+    out = terms[0]
+    for term in terms[1:]:
+        out = out + term
+    return out
+
+
+def _exp_taylor(A, degree):
+    eye = jnp.broadcast_to(jnp.eye(A.shape[-1], dtype=A.dtype), A.shape)
+    if degree == 1:
+        return eye + A
+    A2 = _mm(A, A)
+    if degree == 2:
+        return _combine((1.0, 1.0, 0.5), (eye, A, A2))
+    if degree == 4:
+        return eye + A + _mm(A2, _combine((0.5, 1 / 6, 1 / 24), (eye, A, A2)))
+    if degree == 8:
+        r = 177.0**0.5
+        x3 = 2.0 / 3.0
+        x1 = x3 * (1.0 + r) / 88.0
+        x2 = x3 * (1.0 + r) / 352.0
+        x4 = (-271.0 + 29.0 * r) / (315.0 * x3)
+        x5 = (-11.0 + 11.0 * r) / (1260.0 * x3)
+        x6 = (-99.0 + 11.0 * r) / (5040.0 * x3)
+        x7 = (89.0 - r) / (5040.0 * x3)
+        y2 = (857.0 - 58.0 * r) / 630.0
+        A4 = _mm(A2, _combine((x1, x2), (A, A2)))
+        A8 = _mm(_combine((x3, 1.0), (A2, A4)), _combine((x4, x5, x6, x7), (eye, A, A2, A4)))
+        return _combine((1.0, 1.0, y2, 1.0), (eye, A, A2, A8))
+    A3 = _mm(A, A2)
+    if degree == 12:
+        q = [_combine(row, (eye, A, A2, A3)) for row in _EXP_B12]
+        inner = q[2] + _mm(q[3], q[3])
+        return q[0] + _mm(q[1] + inner, inner)
+    A6 = _mm(A3, A3)
+    q = [_combine(row, (eye, A, A2, A3, A6)) for row in _EXP_B18]
+    inner = _mm(q[0], q[4]) + q[3]
+    return q[1] + _mm(q[2] + inner, inner)
+
+
+@lowers(aten.linalg_matrix_exp.default)
+def linalg_matrix_exp(self):
+    n = self.shape[-1]
+    if self.size == 0:
+        return self
+    if n == 1:
+        return jnp.exp(self)
+    A = self
+    double = jnp.finfo(A.dtype).bits >= 64
+    thetas = _EXP_THETAS["double" if double else "single"]
+    norm = jnp.max(jnp.sum(jnp.abs(A), axis=-2), axis=-1)
+    real = norm.dtype
+    # large norms: T18 of A / 2^s, squared s times
+    s = jnp.maximum(0, jnp.ceil(jnp.log2(norm / jnp.asarray(thetas[-1], real))))
+    s = jnp.where(jnp.isfinite(s), s, 0).astype(jnp.int32)
+    scaled = A / jnp.exp2(s.astype(real)).astype(A.dtype)[..., None, None]
+    big = _exp_taylor(scaled, 18)
+    steps = jnp.max(s) if s.ndim else s
+
+    def square(i, x):
+        return jnp.where((i < s)[..., None, None], _mm(x, x), x)
+
+    big = jax.lax.fori_loop(0, steps, square, big)
+    out = jnp.where((norm >= thetas[-2])[..., None, None], big, jnp.full_like(A, jnp.nan))
+    lower = None
+    for i, degree in enumerate((1, 2, 4, 8, 12)):
+        inside = norm <= thetas[i]
+        if i:
+            inside = inside & (norm >= thetas[i - 1])
+        if lower is not None:
+            inside = inside & ~lower
+        lower = inside if lower is None else lower | inside
+        out = jnp.where(inside[..., None, None], _exp_taylor(A, degree), out)
+    return out
+
+
+# --- Householder reflectors (LAPACK's geqrf / orgqr / ormqr conventions) -------------------
+
+
+def _reflector(a, i):
+    """v_i of H_i = I - tau_i v_i v_i^H: zeros above row i, 1 at row i, a[i+1:, i] below."""
+    m = a.shape[-2]
+    rows = jnp.arange(m)
+    col = a[..., :, i]
+    return jnp.where(rows == i, jnp.ones_like(col), jnp.where(rows > i, col, jnp.zeros_like(col)))
+
+
+def _apply_left(v, tau, X):
+    """(I - tau v v^H) X."""
+    w = jnp.einsum("...m,...mn->...n", jnp.conj(v), X, precision=HIGHEST)
+    return X - tau[..., None, None] * v[..., :, None] * w[..., None, :]
+
+
+def _apply_right(v, tau, X):
+    """X (I - tau v v^H)."""
+    w = jnp.einsum("...nm,...m->...n", X, v, precision=HIGHEST)
+    return X - tau[..., None, None] * w[..., :, None] * jnp.conj(v)[..., None, :]
+
+
+@lowers(aten.geqrf.default)
+def geqrf(self):
+    """Unblocked Householder QR (LAPACK's geqr2 with larfg's reflector choice)."""
+    m, n = self.shape[-2:]
+    A = self
+    complex_ = jnp.issubdtype(A.dtype, jnp.complexfloating)
+    taus = []
+    rows = jnp.arange(m)
+    for i in range(min(m, n)):
+        alpha = A[..., i, i]
+        below = jnp.where(rows > i, A[..., :, i], jnp.zeros_like(A[..., :, i]))
+        xnorm = jnp.sqrt(jnp.sum(jnp.abs(below) ** 2, axis=-1))
+        re = jnp.real(alpha)
+        norm = jnp.sqrt(re * re + jnp.imag(alpha) ** 2 + xnorm * xnorm)
+        beta = -jnp.where(re >= 0, 1, -1).astype(norm.dtype) * norm
+        keep = (xnorm == 0) & (jnp.imag(alpha) == 0)
+        safe_beta = jnp.where(keep, 1, beta)
+        tau = jnp.where(keep, 0, (beta.astype(A.dtype) - alpha) / safe_beta.astype(A.dtype))
+        scale = jnp.where(keep, 1, alpha - beta.astype(A.dtype))
+        v = jnp.where(rows == i, 1, below / scale[..., None]).astype(A.dtype)
+        v = jnp.where(rows < i, 0, v)
+        # H^H = I - conj(tau) v v^H applied to the trailing columns
+        t = jnp.conj(tau) if complex_ else tau
+        if i + 1 < n:
+            rest = _apply_left(v, t, A[..., :, i + 1 :])
+            A = A.at[..., :, i + 1 :].set(rest)
+        col = jnp.where(rows == i, jnp.where(keep, alpha, beta.astype(A.dtype))[..., None], v)
+        col = jnp.where(rows < i, A[..., :, i], col)
+        A = A.at[..., :, i].set(col)
+        taus.append(tau)
+    tau = jnp.stack(taus, axis=-1) if taus else jnp.zeros(A.shape[:-2] + (0,), A.dtype)
+    return A, tau
+
+
+@lowers(aten.linalg_householder_product.default)
+def linalg_householder_product(input, tau):
+    m, n = input.shape[-2:]
+    k = tau.shape[-1]
+    if n > m:
+        raise RuntimeError(
+            "torch.linalg.householder_product: input.shape[-2] must be greater than or equal "
+            "to input.shape[-1]"
+        )
+    if k > n:
+        raise RuntimeError(
+            "torch.linalg.householder_product: input.shape[-1] must be greater than or equal "
+            "to tau.shape[-1]"
+        )
+    batch = jnp.broadcast_shapes(input.shape[:-2], tau.shape[:-1])
+    input = jnp.broadcast_to(input, batch + (m, n))
+    tau = jnp.broadcast_to(tau, batch + (k,))
+    X = jnp.broadcast_to(jnp.eye(m, n, dtype=input.dtype), input.shape)
+    for i in reversed(range(k)):
+        X = _apply_left(_reflector(input, i), tau[..., i], X)
+    return X
+
+
+@lowers(aten.ormqr.default)
+def ormqr(self, input2, input3, left=True, transpose=False):
+    k = input2.shape[-1]
+    order = range(k)
+    # Q = H_1 ... H_k; Q^H = H_k^H ... H_1^H
+    if left != transpose:
+        order = reversed(order)
+    X = input3
+    batch = jnp.broadcast_shapes(self.shape[:-2], input2.shape[:-1], X.shape[:-2])
+    self = jnp.broadcast_to(self, batch + self.shape[-2:])
+    input2 = jnp.broadcast_to(input2, batch + input2.shape[-1:])
+    X = jnp.broadcast_to(X, batch + X.shape[-2:])
+    for i in order:
+        v = _reflector(self, i)
+        tau = jnp.conj(input2[..., i]) if transpose else input2[..., i]
+        X = _apply_left(v, tau, X) if left else _apply_right(v, tau, X)
+    return X
+
+
+# --- least squares ---------------------------------------------------------------------------
+
+
+@lowers(aten.linalg_lstsq.default)
+def linalg_lstsq(self, b, rcond=None, driver=None):
+    driver = driver or "gelsy"
+    if driver not in ("gels", "gelsy", "gelsd", "gelss"):
+        raise RuntimeError(
+            "torch.linalg.lstsq: parameter `driver` should be one of (gels, gelsy, gelsd, gelss)"
+        )
+    A = self
+    vector = b.ndim == A.ndim - 1
+    B = b[..., None] if vector else b
+    A, B = _broadcast_batch(A, B)
+    m, n = A.shape[-2:]
+    real = jnp.finfo(A.dtype).dtype
+    if rcond is None:
+        rcond = float(jnp.finfo(real).eps) * max(m, n)
+    u, s, vh = jnp.linalg.svd(A, full_matrices=False)
+    smax = s[..., :1] if s.shape[-1] else jnp.zeros(s.shape[:-1] + (1,), real)
+    if driver == "gels":
+        keep = jnp.ones(s.shape, bool)
+    else:
+        keep = s > jnp.asarray(rcond, real) * smax
+    sinv = jnp.where(keep, 1 / jnp.where(keep, s, 1), 0).astype(A.dtype)
+    uhb = jnp.einsum("...mk,...mj->...kj", jnp.conj(u), B, precision=HIGHEST)
+    x = jnp.einsum("...kn,...kj->...nj", jnp.conj(vh), sinv[..., None] * uhb, precision=HIGHEST)
+    residuals = jnp.zeros((0,), real)
+    if m > n and driver != "gelsy":
+        r = jnp.matmul(A, x, precision=HIGHEST) - B
+        residuals = jnp.sum(jnp.abs(r) ** 2, axis=-2).astype(real)
+        if vector:
+            residuals = residuals[..., 0]
+    if driver == "gels":
+        rank = jnp.zeros((0,), jnp.int64)
+    else:
+        rank = jnp.sum(keep, axis=-1).astype(jnp.int64)
+    singular = s.astype(real) if driver in ("gelsd", "gelss") else jnp.zeros((0,), real)
+    return (x[..., 0] if vector else x), residuals, rank, singular
+
+
+# --- general eigendecomposition (LAPACK's geev on the CPU platform) -------------------------
+
+
+def _complex_dtype(dtype):
+    return jnp.result_type(dtype, jnp.complex64)
+
+
+@lowers(aten.linalg_eig.default)
+def linalg_eig(self):
+    cdtype = _complex_dtype(self.dtype)
+    if self.shape[-1] == 0:
+        return jnp.zeros(self.shape[:-1], cdtype), jnp.zeros(self.shape, cdtype)
+    w, v = jax.lax.linalg.eig(self, compute_left_eigenvectors=False)
+    return w.astype(cdtype), v.astype(cdtype)
+
+
+@lowers(aten._linalg_eigvals.default)
+def _linalg_eigvals(self):
+    cdtype = _complex_dtype(self.dtype)
+    if self.shape[-1] == 0:
+        return jnp.zeros(self.shape[:-1], cdtype)
+    (w,) = jax.lax.linalg.eig(
+        self, compute_left_eigenvectors=False, compute_right_eigenvectors=False
+    )
+    return w.astype(cdtype)
+
+
+# --- LDL^T with Bunch-Kaufman pivoting (LAPACK's unblocked sytf2 / sytrs, lower storage) ----
+
+_BK_ALPHA = (1.0 + 17.0**0.5) / 8.0
+
+
+def _swap(v, i, j):
+    """v with entries (rows) i and j exchanged along axis 0."""
+    vi, vj = v[i], v[j]
+    return v.at[i].set(vj).at[j].set(vi)
+
+
+def _abs1(x):
+    """LAPACK's pivot size: |re| + |im| for complex entries."""
+    if jnp.issubdtype(x.dtype, jnp.complexfloating):
+        return jnp.abs(jnp.real(x)) + jnp.abs(jnp.imag(x))
+    return jnp.abs(x)
+
+
+def _ldl_one(A):
+    n = A.shape[-1]
+    idx = jnp.arange(n)
+    real = jnp.finfo(A.dtype).dtype
+    lower = idx[:, None] >= idx[None, :]
+    A = jnp.where(lower, A, A.T)  # the lower triangle, mirrored: the trailing block is kept full
+
+    def step(state):
+        A, piv, info, k = state
+        absakk = _abs1(A[k, k])
+        below = jnp.where(idx > k, _abs1(A[:, k]), -1)
+        imax = jnp.argmax(below)
+        colmax = jnp.where(k < n - 1, below[imax], 0).astype(real)
+        zero = (jnp.maximum(absakk, colmax) == 0) | jnp.isnan(absakk)
+        row = jnp.where((idx >= k) & (idx < imax), _abs1(A[imax, :]), -1)
+        col = jnp.where(idx > imax, _abs1(A[:, imax]), -1)
+        rowmax = jnp.maximum(jnp.max(row), jnp.max(col)).astype(real)
+        one = (
+            zero
+            | (absakk >= _BK_ALPHA * colmax)
+            | (absakk >= _BK_ALPHA * colmax * (colmax / jnp.where(rowmax > 0, rowmax, 1)))
+        )
+        kp = jnp.where(one, k, imax)
+        two = ~one & ~(_abs1(A[imax, imax]) >= _BK_ALPHA * rowmax)
+        kstep = jnp.where(two, 2, 1)
+        kk = k + kstep - 1
+        # symmetric interchange of kk and kp inside the trailing block
+        perm = _swap(idx, kk, kp)
+        trail = (idx[:, None] >= k) & (idx[None, :] >= k)
+        A = jnp.where(trail, A[perm][:, perm], A)
+
+        # 1x1 pivot: A22 -= x (x / d)^T, column k scaled by 1 / d
+        d11 = 1 / jnp.where(zero, 1, A[k, k])
+        x = jnp.where(idx > k, A[:, k], 0)
+        A1 = A + x[:, None] * (-d11 * x)[None, :]
+        A1 = A1.at[:, k].set(jnp.where(idx > k, x * d11, A[:, k]))
+        # 2x2 pivot
+        d21 = A[k + 1 if n > 1 else k, k]
+        safe21 = jnp.where(d21 == 0, 1, d21)
+        e11 = A[jnp.minimum(k + 1, n - 1), jnp.minimum(k + 1, n - 1)] / safe21
+        e22 = A[k, k] / safe21
+        t = 1 / (e11 * e22 - 1)
+        f21 = t / safe21
+        k1 = jnp.minimum(k + 1, n - 1)
+        ck, ck1 = A[:, k], A[:, k1]
+        rest = idx >= k + 2
+        wk = jnp.where(rest, f21 * (e11 * ck - ck1), 0)
+        wk1 = jnp.where(rest, f21 * (e22 * ck1 - ck), 0)
+        A2 = A - (
+            jnp.where(rest, ck, 0)[:, None] * wk[None, :]
+            + jnp.where(rest, ck1, 0)[:, None] * wk1[None, :]
+        )
+        A2 = A2.at[:, k].set(jnp.where(rest, wk, ck)).at[:, k1].set(jnp.where(rest, wk1, ck1))
+        new = jnp.where(two, A2, jnp.where(zero, A, A1))
+        # keep the trailing block symmetric (its lower triangle is the one LAPACK updates)
+        after = (idx[:, None] >= k + kstep) & (idx[None, :] >= k + kstep)
+        new = jnp.where(after & ~lower, new.T, new)
+        update = (idx[:, None] >= k) & (idx[None, :] >= k) & (lower | after)
+        A = jnp.where(update, new, A)
+        p = jnp.where(two, -(kp + 1), kp + 1).astype(jnp.int32)
+        piv = piv.at[k].set(p)
+        piv = jnp.where(two & (idx == k + 1), p, piv)
+        info = jnp.where((info == 0) & zero, k + 1, info)
+        return A, piv, info, k + kstep
+
+    init = (A, jnp.zeros(n, jnp.int32), jnp.int32(0), jnp.int32(0))
+    A, piv, info, _ = jax.lax.while_loop(lambda s: s[3] < n, step, init)
+    return jnp.where(lower, A, 0), piv, info
+
+
+def _batched(fn, *arrays, core=(2,)):
+    batch = arrays[0].shape[: arrays[0].ndim - core[0]]
+    flat = [a.reshape((-1,) + a.shape[a.ndim - c :]) for a, c in zip(arrays, core)]
+    outs = jax.vmap(fn)(*flat)
+    return tuple(o.reshape(batch + o.shape[1:]) for o in outs)
+
+
+@lowers(aten.linalg_ldl_factor_ex.default)
+def linalg_ldl_factor_ex(self, hermitian=False, check_errors=False):
+    if hermitian and jnp.issubdtype(self.dtype, jnp.complexfloating):
+        raise NotImplementedError("pjrt: linalg.ldl_factor with hermitian=True on complex input")
+    n = self.shape[-1]
+    batch = self.shape[:-2]
+    if n == 0 or 0 in batch:
+        return self, jnp.zeros(batch + (n,), jnp.int32), jnp.zeros(batch, jnp.int32)
+    return _batched(_ldl_one, self)
+
+
+def _ldl_solve_one(LD, piv, B):
+    n = LD.shape[-1]
+    idx = jnp.arange(n)
+
+    def forward(state):
+        B, k = state
+        p = piv[k]
+        two = p < 0
+        kp = jnp.where(two, -p, p) - 1
+        k1 = jnp.minimum(k + 1, n - 1)
+        B = jnp.where(two, _swap(B, k1, kp), _swap(B, k, kp))
+        lk = jnp.where(idx > k + jnp.where(two, 1, 0), LD[:, k], 0)
+        lk1 = jnp.where(two & (idx > k + 1), LD[:, k1], 0)
+        bk, bk1 = B[k], B[k1]
+        B = B - lk[:, None] * bk[None, :] - lk1[:, None] * bk1[None, :]
+        # 1x1: B[k] / d; 2x2: solve with the block [[a, b], [b, c]]
+        one_k = B[k] / LD[k, k]
+        d21 = jnp.where(LD[k1, k] == 0, 1, LD[k1, k])
+        akm1 = LD[k, k] / d21
+        ak = LD[k1, k1] / d21
+        denom = akm1 * ak - 1
+        bkm1 = B[k] / d21
+        bk_ = B[k1] / d21
+        two_k = (ak * bkm1 - bk_) / denom
+        two_k1 = (akm1 * bk_ - bkm1) / denom
+        B = jnp.where(two, B.at[k].set(two_k).at[k1].set(two_k1), B.at[k].set(one_k))
+        return B, k + jnp.where(two, 2, 1)
+
+    B, _ = jax.lax.while_loop(lambda s: s[1] < n, forward, (B, jnp.int32(0)))
+
+    def backward(state):
+        B, k = state
+        p = piv[k]
+        two = p < 0
+        kp = jnp.where(two, -p, p) - 1
+        tail = idx > k
+        lk = jnp.where(tail, LD[:, k], 0)
+        B = B.at[k].add(-jnp.einsum("n,nj->j", lk, jnp.where(tail[:, None], B, 0)))
+        km1 = jnp.maximum(k - 1, 0)
+        lkm1 = jnp.where(tail & two, LD[:, km1], 0)
+        B = B.at[km1].add(-jnp.einsum("n,nj->j", lkm1, jnp.where(tail[:, None], B, 0)))
+        B = _swap(B, k, kp)
+        return B, k - jnp.where(two, 2, 1)
+
+    B, _ = jax.lax.while_loop(lambda s: s[1] >= 0, backward, (B, jnp.int32(n - 1)))
+    return (B,)
+
+
+@lowers(aten.linalg_ldl_solve.default)
+def linalg_ldl_solve(LD, pivots, B, hermitian=False):
+    if hermitian and jnp.issubdtype(LD.dtype, jnp.complexfloating):
+        raise NotImplementedError("pjrt: linalg.ldl_solve with hermitian=True on complex input")
+    batch = jnp.broadcast_shapes(LD.shape[:-2], pivots.shape[:-1], B.shape[:-2])
+    LD = jnp.broadcast_to(LD, batch + LD.shape[-2:])
+    pivots = jnp.broadcast_to(pivots, batch + pivots.shape[-1:])
+    B = jnp.broadcast_to(B, batch + B.shape[-2:])
+    if LD.shape[-1] == 0 or B.size == 0:
+        return B
+    return _batched(_ldl_solve_one, LD, pivots, B, core=(2, 1, 2))[0]
