@@ -354,14 +354,14 @@ class Kernel:
             program = self._program(statics)
         rng = pjrt_random.next_key_parts(index) if self.lowering.random else None
         metrics.op(self.name)
-        self._traced = None
-        start = time.perf_counter()
         try:
             if lazy:
                 try:
                     return fused.record(program, (arrays, scalars, rng), index, self.name), index
                 except fused.Unfusable:  # an argument fused mode cannot record: run it now
                     arrays = fused.concrete(arrays)
+            self._traced = None  # (set by the program when it traces: a compilation)
+            start = time.perf_counter()
             with jax.enable_x64(True):
                 out = program(arrays, scalars, rng)
                 if index != 0 and not has_tensors:
