@@ -146,6 +146,29 @@ def test_fused_dropped_intermediates_are_not_outputs():
     assert len(key[3]) == 2  # out come y and its sum, not the three intermediates
 
 
+def test_fused_program_reuses_buffers_nothing_else_holds():
+    p = torch.randn(64).to("pjrt")
+    q = torch.randn(64).to("pjrt")
+    p_cpu, q_cpu = p.cpu(), q.cpu()
+    with torch_pjrt.mode("fused"):
+        metrics.reset()
+        for _ in range(3):  # p's old value is held by nothing once p is updated in place
+            p.mul_(0.5).add_(q)
+            p_cpu.mul_(0.5).add_(q_cpu)
+            torch.pjrt.synchronize()
+        assert metrics.as_dict()["fused_donated_buffers"] == 3
+        assert torch.equal(p.cpu(), p_cpu) and torch.equal(q.cpu(), q_cpu)
+        metrics.reset()
+        old = p.clone()  # its buffer (fresh, or p's own shared) must survive p's update
+        torch.pjrt.synchronize()
+        kept = torch_pjrt.tensor.cell_of(old).array
+        p.add_(1)
+        torch.pjrt.synchronize()
+        assert not kept.is_deleted()
+        torch.testing.assert_close(old.cpu(), p_cpu, rtol=0, atol=0)
+        torch.testing.assert_close(p.cpu(), p_cpu + 1, rtol=0, atol=0)
+
+
 OPTIMIZERS = {
     "sgd": lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, weight_decay=0.01),
     "adamw": lambda p: torch.optim.AdamW(p, lr=1e-3, weight_decay=0.01),

@@ -36,6 +36,10 @@ from torch_pjrt.diagnostics import metrics
 __all__ = ["Pending", "Unfusable", "apply", "concrete", "flush_all", "record"]
 
 _SCALARS = (bool, int, float, complex)
+try:  # the class of concrete JAX arrays (an identity test is the cheapest check)
+    from jax._src.array import ArrayImpl as _ArrayImpl
+except ImportError:  # pragma: no cover - a JAX that moved it: nothing is donated
+    _ArrayImpl = None
 
 
 class Unfusable(Exception):
@@ -191,20 +195,30 @@ class _Graph:
                     if sys.getrefcount(p) > 3:
                         outputs.append(p.where)
                         held.append(p)
+            donated = self._donatable(held)
             key = (
                 self.index,
                 tuple([node[:3] for node in nodes]),
                 tuple(self.input_sigs),
                 tuple(outputs),
+                donated,
             )
             program = _programs.get(key)
             first = program is None
             start = time.perf_counter()
+            inputs = self.inputs
+            if donated:
+                gone = set(donated)
+                kept = [x for i, x in enumerate(inputs) if i not in gone]
+                inputs = ([inputs[i] for i in donated], kept)
+                metrics.count("fused_donated_buffers", len(donated))
+            else:
+                inputs = ((), inputs)
             try:
                 if first:
                     program = self._program(key)
                 with jax.enable_x64(True):
-                    values = program(self.inputs)
+                    values = program(*inputs)
             except Exception as exc:
                 # the recording is dropped; its values report this error when read
                 self._drop(nodes, exc)
@@ -229,6 +243,26 @@ class _Graph:
         if wanted is not None and wanted.value is None and wanted.graph is self:
             wanted.graph = None
 
+    def _donatable(self, held: list) -> tuple:
+        """Slots of the inputs whose buffers the program may reuse for its outputs: arrays
+        that nothing but this recording holds any more (the old value of a parameter
+        updated in place, say) and whose shape and dtype an output has."""
+        free = {}
+        for p in held:
+            k = (p.shape, p.dtype)
+            free[k] = free.get(k, 0) + 1
+        donated = []
+        inputs = self.inputs
+        for i in range(len(inputs)):
+            x = inputs[i]  # (not enumerate: its reused tuple would hold x too)
+            # held by self.inputs, x and getrefcount's argument only
+            if x.__class__ is _ArrayImpl and sys.getrefcount(x) <= 3:
+                k = (x.shape, x.dtype)
+                if free.get(k):
+                    free[k] -= 1
+                    donated.append(i)
+        return tuple(donated)
+
     def _drop(self, nodes, error) -> None:
         for node in nodes:
             for p in node[3]:
@@ -237,10 +271,17 @@ class _Graph:
         self._clear()
 
     def _program(self, key):
-        _, nodes, _, outputs = key
+        _, nodes, sigs, outputs, donated = key
         unflatten, leaves_of = jax.tree_util.tree_unflatten, jax.tree_util.tree_leaves
+        gone = set(donated)
+        kept = [i for i in range(len(sigs)) if i not in gone]
 
-        def replay(inputs):
+        def replay(donated_inputs, kept_inputs):
+            inputs = [None] * len(sigs)
+            for i, x in zip(donated, donated_inputs):
+                inputs[i] = x
+            for i, x in zip(kept, kept_inputs):
+                inputs[i] = x
             env = []
             for fn, treedef, refs in nodes:
                 args = [inputs[r] if r.__class__ is int else env[r[0]][r[1]] for r in refs]
@@ -249,7 +290,7 @@ class _Graph:
 
         replay.__name__ = replay.__qualname__ = f"fused_{len(nodes)}_ops"
         sharding = jax.sharding.SingleDeviceSharding(runtime.device(self.index))
-        return jax.jit(replay, out_shardings=sharding)
+        return jax.jit(replay, out_shardings=sharding, donate_argnums=(0,) if donated else ())
 
     def __repr__(self) -> str:
         return f"<fused recording of pjrt:{self.index}, {len(self.nodes)} ops>"
@@ -273,6 +314,8 @@ def _cause(names, key, graph) -> str:
     )
     if change != "new argument signature":
         return change
+    if old[4] != key[4]:
+        return "other inputs may be overwritten (values the caller no longer holds changed)"
     return "other values held by the program's caller (its outputs changed)"
 
 
