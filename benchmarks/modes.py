@@ -77,12 +77,8 @@ import torch_pjrt
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import compile_step as cs  # noqa: E402
-from compile_step import GPT, GPTConfig  # noqa: E402
+from compile_step import GPT, WORKLOADS  # noqa: E402
 
-WORKLOADS = {  # name: (GPTConfig(vocab_size, block_size, n_layer, n_head, n_embd), batch, seq)
-    "compute-bound": (GPTConfig(2048, 128, 4, 4, 256), 8, 128),
-    "overhead-bound": (GPTConfig(2048, 32, 2, 2, 64), 1, 32),
-}
 VARIANTS = ("CPU eager", "CPU inductor", "pjrt debug", "pjrt eager", "pjrt fused", "plain JAX")
 RUN_ORDER = ("plain JAX", "CPU eager", "CPU inductor", "pjrt fused", "pjrt eager", "pjrt debug")
 KINDS = ("train", "inference")
@@ -252,7 +248,8 @@ def run_variant(variant: str, kind: str, base: GPT, x, y, n: int, workload: str)
 
 
 def run_group(workload: str, kind: str, variants: list[str], n: int) -> dict:
-    cfg, batch, seq = WORKLOADS[workload]
+    spec = WORKLOADS[workload]
+    cfg, batch, seq = spec["cfg"], spec["batch"], spec["seq"]
     torch.manual_seed(0)
     base = GPT(cfg)
     g = torch.Generator().manual_seed(1234)
