@@ -64,6 +64,11 @@ def install() -> None:
     kernels = {}
     for op, lowering in registry._TABLE.items():
         kernels[op] = kernel = registry.Kernel(op, lowering)
+        if torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd"):
+            # NOTE: a backend kernel would take such an op out of autograd (its
+            # derivative is its decomposition's): eagerly the dispatcher decomposes it,
+            # and the lowering serves compiled graphs (registry.graph_lookup) only
+            continue
         _impl(lib, op, kernel)
         done.add(op)
     for op, kernel in kernels.items():

@@ -169,6 +169,13 @@ implements(aten.logspace.out)(_space_out(aten.logspace.default))
 # --- eye and triangle indices --------------------------------------------------------
 
 
+@lowers(aten._efficientzerotensor.default)
+def efficient_zero_tensor(size, dtype=None, layout=None, device=None, pin_memory=None):
+    # PyTorch's backward formulas make these for gradients known to be zero (sgn of a
+    # real input); pjrt has no ZeroTensor dispatch key, so the zeros are real
+    return jnp.zeros(tuple(size), _dtype(dtype))
+
+
 @lowers(aten.eye.default, aten.eye.m)
 def eye(n, m=None, dtype=None, layout=None, device=None, pin_memory=None):
     return jnp.eye(n, n if m is None else m, dtype=_dtype(dtype))
