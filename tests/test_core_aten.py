@@ -369,13 +369,7 @@ def test_every_core_op_lowers_in_graphs():
 
 
 # examples known to differ from the CPU, and why (strict: a fix makes them fail)
-EXAMPLE_XFAIL = {
-    aten.sym_is_contiguous.default: (
-        "the example's transposed CPU input becomes contiguous on pjrt: _to_copy "
-        "(torch_pjrt/ops/memory.py) does not keep the strides of a dense input as "
-        "memory_format=torch.preserve_format asks"
-    ),
-}
+EXAMPLE_XFAIL: dict = {}
 
 
 def _example_params() -> list:

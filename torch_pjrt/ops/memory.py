@@ -6,6 +6,7 @@ goes through the lowering registry.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -228,17 +229,48 @@ def _to_copy(
 ):
     dtype = dtype or self.dtype
     target = torch.device(device) if device is not None else self.device
+    strides = _copy_strides(self, memory_format)
     if target.type == "pjrt":
         _check_dtype(dtype)
         index = _index(target)
-        return new_tensor(self.shape, dtype, index, _value_on(self, dtype, self.shape, index))
+        value = _value_on(self, dtype, self.shape, index)
+        if strides is None:
+            return new_tensor(self.shape, dtype, index, value)
+        order = _memory_order(strides)  # the value laid out as the strides say
+        value = fused.apply(_in_memory_order(order), (value,), index, "layout")
+        return new_tensor(self.shape, dtype, index, value, strides, size=self.numel())
     # to the CPU (or another backend)
     host = runtime.to_host(_host_read(self), self.dtype)
     if host.dtype != dtype or target.type != "cpu":
         host = host.to(dtype=dtype, device=target)
+    if strides is not None:
+        host = torch.empty_strided(host.shape, strides, dtype=host.dtype).copy_(host)
     if pin_memory:
         host = host.pin_memory()
     return host
+
+
+def _copy_strides(src: torch.Tensor, memory_format):
+    """The strides of a copy of ``src`` as PyTorch lays it out for ``memory_format``
+    (``preserve_format``: src's own when they are dense and non-overlapping), or None
+    when that is plain row-major."""
+    if memory_format in (None, torch.preserve_format) and src.is_contiguous():
+        return None
+    if memory_format == torch.contiguous_format:
+        return None
+    fmt = torch.preserve_format if memory_format is None else memory_format
+    strides = torch.empty_like(src, device="meta", memory_format=fmt).stride()
+    return None if strides == _contiguous_strides(tuple(src.shape)) else strides
+
+
+def _memory_order(strides) -> tuple:
+    """Dimensions from the outermost in memory to the innermost."""
+    return tuple(sorted(range(len(strides)), key=lambda d: -strides[d]))
+
+
+@functools.lru_cache(maxsize=256)
+def _in_memory_order(order: tuple):
+    return jax.jit(lambda x: jnp.transpose(x, order).reshape(-1))
 
 
 @implements(aten._local_scalar_dense.default)
