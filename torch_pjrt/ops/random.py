@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import torch
 
 from torch_pjrt.ops._promote import result_type
-from torch_pjrt.ops.registry import implements, lowers
+from torch_pjrt.ops.registry import implements, lowers, refusal
 
 aten = torch.ops.aten
 
@@ -25,7 +25,23 @@ def _float_dtype(dtype):
 
 def _uniform(key, shape, dtype, low=0.0, high=1.0):
     draw = _float_dtype(dtype)
-    return jax.random.uniform(key, shape, draw, low, high).astype(dtype)
+    value = jax.random.uniform(key, shape, draw, low, high).astype(dtype)
+    # a draw just below ``high`` can round to ``high`` in a narrower dtype (bfloat16):
+    # the largest value below it keeps the range half-open, as PyTorch documents
+    below = jnp.nextafter(jnp.asarray(high, dtype), jnp.asarray(low, dtype))
+    return jnp.minimum(value, below)
+
+
+def _check_generator(generator) -> None:
+    """A generator belongs to one device; no ``torch.Generator`` lives on pjrt (draws
+    use the device RNG state), so, as CUDA does with a CPU generator, refuse it rather
+    than ignore it."""
+    if generator is not None:
+        raise refusal(
+            RuntimeError(
+                f"Expected a 'pjrt' device type for generator but found '{generator.device.type}'"
+            )
+        )
 
 
 def _normal(key, shape, dtype):
@@ -34,21 +50,42 @@ def _normal(key, shape, dtype):
 
 @lowers(aten.uniform.default, random=True)
 def uniform(self, from_=0.0, to=1.0, generator=None, *, key):
+    _check_generator(generator)
     return _uniform(key, self.shape, self.dtype, from_, to)
+
+
+# The in-place samplers check their arguments here, before dispatch: an error raised
+# inside a lowering is reported as a torch_pjrt bug unless PyTorch's Meta kernel
+# raises it too, and Meta kernels check neither bounds nor generators.
+
+
+@implements(aten.uniform_.default)
+def uniform_(self, from_=0.0, to=1.0, *, generator=None):
+    _check_generator(generator)
+    if from_ > to:
+        raise RuntimeError(
+            f"uniform_ expects to return a [from, to) range, but found from={from_:g} > to={to:g}"
+        )
+    return self.copy_(aten.uniform.default(self, from_, to))
 
 
 @lowers(aten.normal_functional.default, random=True)
 def normal_functional(self, mean=0.0, std=1.0, generator=None, *, key):
+    _check_generator(generator)
     return (mean + std * _normal(key, self.shape, self.dtype)).astype(self.dtype)
 
 
 @implements(aten.normal_.default)
 def normal_(self, mean=0.0, std=1.0, *, generator=None):
+    _check_generator(generator)
+    if std < 0:
+        raise RuntimeError(f"normal expects std >= 0.0, but found std {std:g}")
     return self.copy_(aten.normal_functional.default(self, mean, std))
 
 
 @lowers(aten.normal.Tensor_float, aten.normal.float_Tensor, aten.normal.Tensor_Tensor, random=True)
 def normal(mean, std=1.0, generator=None, *, key):
+    _check_generator(generator)
     arrays = [x for x in (mean, std) if not isinstance(x, float)]
     dtype = result_type(*arrays)[1]
     shape = jnp.broadcast_shapes(*(x.shape for x in arrays))
@@ -61,12 +98,14 @@ def normal_float_float(
 ):
     from torch_pjrt.runtime.transfer import jax_dtype
 
+    _check_generator(generator)
     dtype = jax_dtype(torch.get_default_dtype() if dtype is None else dtype)
     return (mean + std * _normal(key, tuple(size), dtype)).astype(dtype)
 
 
 @lowers(aten.bernoulli.default, aten.bernoulli.p, aten.bernoulli.Tensor, random=True)
 def bernoulli(self, p=None, generator=None, *, key):
+    _check_generator(generator)
     p = self if p is None else p
     u = jax.random.uniform(key, self.shape, _float_dtype(jnp.result_type(p, jnp.float32)))
     return (u < p).astype(self.dtype)
@@ -74,18 +113,31 @@ def bernoulli(self, p=None, generator=None, *, key):
 
 @implements(aten.bernoulli_.float)
 def bernoulli_(self, p=0.5, *, generator=None):
+    _check_generator(generator)
+    if not 0 <= p <= 1:
+        raise RuntimeError(f"bernoulli_ expects p to be in [0, 1], but got p={p:g}")
     return self.copy_(aten.bernoulli.p(self, p))
 
 
 @lowers(aten.exponential.default, random=True)
 def exponential(self, lambd=1.0, generator=None, *, key):
+    _check_generator(generator)
     return (jax.random.exponential(key, self.shape, _float_dtype(self.dtype)) / lambd).astype(
         self.dtype
     )
 
 
+@implements(aten.exponential_.default)
+def exponential_(self, lambd=1.0, *, generator=None):
+    _check_generator(generator)
+    if not lambd > 0:
+        raise RuntimeError(f"exponential_ expects lambda > 0.0, but found lambda={lambd:g}")
+    return self.copy_(aten.exponential.default(self, lambd))
+
+
 @lowers(aten.geometric.default, random=True)
 def geometric(self, p, generator=None, *, key):
+    _check_generator(generator)
     # 1 - u lies in (0, 1]: log never sees zero
     u = 1.0 - jax.random.uniform(key, self.shape, jnp.float64)
     trials = jnp.ceil(jnp.log(u) / jnp.log1p(-p))
@@ -94,11 +146,13 @@ def geometric(self, p, generator=None, *, key):
 
 @lowers(aten.log_normal.default, random=True)
 def log_normal(self, mean=1.0, std=2.0, generator=None, *, key):
+    _check_generator(generator)
     return jnp.exp(mean + std * _normal(key, self.shape, self.dtype)).astype(self.dtype)
 
 
 @lowers(aten.cauchy.default, random=True)
 def cauchy(self, median=0.0, sigma=1.0, generator=None, *, key):
+    _check_generator(generator)
     draw = jax.random.cauchy(key, self.shape, _float_dtype(self.dtype))
     return (median + sigma * draw).astype(self.dtype)
 
@@ -118,10 +172,6 @@ def _top(dtype) -> int:
 def _randint(key, shape, low: int, high: int, dtype):
     """Integers in [low, high] (inclusive), as PyTorch draws them: 64 random bits modulo
     the range."""
-    if low > high:
-        raise RuntimeError(
-            f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high + 1}"
-        )
     span = high - low + 1
     bits = jax.random.bits(key, shape, jnp.uint64)
     if span < 2**64:
@@ -132,20 +182,49 @@ def _randint(key, shape, low: int, high: int, dtype):
 
 @lowers(aten.random.default, aten.random.to, getattr(aten.random, "from"), random=True)
 def random(self, from_=0, to=None, generator=None, *, key):
+    _check_generator(generator)
     high = _top(self.dtype) if to is None else to - 1
     return _randint(key, self.shape, from_, high, self.dtype)
 
 
-@lowers(aten.randperm.default, random=True)
-def randperm(n, dtype=torch.int64, layout=None, device=None, pin_memory=None, *, key):
+@implements(getattr(aten.random_, "from"))
+def random_from_(self, from_, to, *, generator=None):
+    _check_generator(generator)
+    if to is not None and from_ >= to:
+        raise RuntimeError(
+            f"random_ expects 'from' to be less than 'to', but got from={from_} >= to={to}"
+        )
+    return self.copy_(getattr(aten.random, "from")(self, from_, to))
+
+
+@implements(aten.random_.to)
+def random_to_(self, to, *, generator=None):
+    return random_from_(self, 0, to, generator=generator)
+
+
+@implements(aten.random_.default)
+def random_(self, *, generator=None):
+    return random_from_(self, 0, None, generator=generator)
+
+
+@lowers(aten.randperm.default, aten.randperm.generator, random=True)
+def randperm(
+    n, generator=None, dtype=torch.int64, layout=None, device=None, pin_memory=None, *, key
+):
     from torch_pjrt.runtime.transfer import jax_dtype
 
+    _check_generator(generator)
     dtype = torch.int64 if dtype is None else dtype
     return jax.random.permutation(key, n).astype(jax_dtype(dtype))
 
 
 @lowers(aten.multinomial.default, random=True)
 def multinomial(self, num_samples, replacement=False, generator=None, *, key):
+    _check_generator(generator)
+    if not replacement and num_samples > self.shape[-1]:
+        raise refusal(
+            RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without replacement")
+        )
     logits = jnp.log(self.astype(_float_dtype(self.dtype)))
     if replacement:
         shape = (num_samples,) + logits.shape[:-1]
@@ -170,6 +249,7 @@ def native_dropout(input, p, train, *, key):
 def rrelu_with_noise_functional(
     self, noise, lower=0.125, upper=1.0 / 3.0, training=False, generator=None, *, key
 ):
+    _check_generator(generator)
     if not training:
         slope = jnp.asarray((lower + upper) / 2).astype(self.dtype)
         return jnp.where(self > 0, self, self * slope), noise

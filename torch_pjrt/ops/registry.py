@@ -451,7 +451,7 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(torch.empty((), dtype=dtype, device="meta").type()).split(".")[-1][:-6]
 
 
-def _store(out: torch.Tensor, value: jax.Array, inplace: bool) -> None:
+def _store(out: torch.Tensor, value: jax.Array, inplace: bool, warn: bool = True) -> None:
     from torch_pjrt.runtime.transfer import torch_dtype
 
     if replace(out, value):  # same shape and dtype, the whole storage: nothing to check
@@ -463,16 +463,17 @@ def _store(out: torch.Tensor, value: jax.Array, inplace: bool) -> None:
                 f"output with shape {list(out.shape)} doesn't match the broadcast shape "
                 f"{list(shape)}"
             )
-        resize_output(out, shape)
+        resize_output(out, shape, warn)
     _check_cast(torch_dtype(value.dtype), out)
     write(out, value)
 
 
-def resize_output(out: torch.Tensor, shape) -> None:
-    """Resize an ``out=`` tensor as PyTorch does, warning when it had elements."""
+def resize_output(out: torch.Tensor, shape, warn: bool = True) -> None:
+    """Resize an ``out=`` tensor as PyTorch does, warning (if ``warn``) when it had
+    elements."""
     if tuple(out.shape) == tuple(shape):
         return
-    if out.numel() != 0:
+    if warn and out.numel() != 0:
         warnings.warn(
             f"An output with one or more elements was resized since it had shape "
             f"{list(out.shape)}, which does not match the required output shape {list(shape)}. "
@@ -502,15 +503,35 @@ class InplaceKernel:
         return self_
 
 
+# NOTE: with ``out=`` and no ``dtype``, PyTorch runs these in the out tensor's dtype
+# (an int64 out sums the inputs cast to int64), not in the result type cast afterwards
+_DTYPE_FROM_OUT = frozenset(
+    {"aten::sum", "aten::prod", "aten::nansum", "aten::cumsum", "aten::cumprod"}
+)
+# NOTE: cat (and stack and _chunk_cat, which PyTorch builds on it) refuses an out dtype
+# with a TypeError of its own, not TensorIterator's RuntimeError
+_CAT_LIKE = frozenset({"aten::cat", "aten::stack", "aten::_chunk_cat"})
+# NOTE: PyTorch's kernels for these resize a wrong-shaped out without the warning
+_SILENT_RESIZE = frozenset({"aten::addbmm", "aten::log_sigmoid_forward"})
+
+
 class OutKernel:
     """``op.out(..., out=...)`` from the functional op's lowering."""
 
     def __init__(self, functional: Kernel, out_names: list[str]):
         self.functional = functional
         self.out_names = out_names
+        name = functional.op._schema.name
+        dtype_from_out = name in _DTYPE_FROM_OUT
+        self.dtype_index = functional.sig.index.get("dtype") if dtype_from_out else None
+        self.cat_like = name in _CAT_LIKE
+        self.warn_on_resize = name not in _SILENT_RESIZE
 
     def __call__(self, *args, **kwargs):
         outs = [kwargs.pop(name) for name in self.out_names]
+        sig = self.functional.sig
+        if self.dtype_index is not None and sig.values(args, kwargs)[self.dtype_index] is None:
+            kwargs["dtype"] = outs[0].dtype
         result, index = self.functional.compute(args, kwargs)
         results = result if len(outs) > 1 else (result,)
         for o, r in zip(outs, results):
@@ -518,8 +539,20 @@ class OutKernel:
                 raise RuntimeError(
                     f"Expected out tensor to have device pjrt:{index}, but got {o.device} instead"
                 )
-            _store(o, r, inplace=False)
+            if self.cat_like:
+                _check_cat_cast(r, o)
+            _store(o, r, inplace=False, warn=self.warn_on_resize)
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _check_cat_cast(value: jax.Array, out: torch.Tensor) -> None:
+    from torch_pjrt.runtime.transfer import torch_dtype
+
+    if not torch.can_cast(torch_dtype(value.dtype), out.dtype):
+        raise TypeError(
+            f"torch.cat(): input types can't be cast to the desired output type "
+            f"{_dtype_name(out.dtype)}"
+        )
 
 
 # --- deriving variants from schemas -------------------------------------------------
