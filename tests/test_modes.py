@@ -373,7 +373,7 @@ def test_a_failed_fused_program_is_reported_where_its_values_are_read(monkeypatc
     from torch_pjrt.modes import fused
 
     def broken(self, key):
-        def run(inputs):
+        def run(donated, kept):
             raise RuntimeError("device lost")
 
         return run

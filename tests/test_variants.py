@@ -17,7 +17,8 @@ uses) run under ``torch_pjrt.config(fallback="error")``:
   raises it; with outs of a dtype the result may not be cast to, pjrt raises where the
   CPU raises (the same exception type) and otherwise computes what the CPU computes.
 
-One test per op, reporting every failing sample and check. ``XFAIL_VARIANTS`` lists
+One test per op, reporting every failing sample and check. ``XFAIL_VARIANTS`` (in
+tests/op_expectations.py, with the other expectations) lists
 the ops expected to fail (strict: a fixed op fails the run until it is removed).
 """
 
@@ -32,7 +33,7 @@ from torch.testing._internal.common_methods_invocations import op_db
 import torch_pjrt
 
 if __package__:  # tests/ is a package: tests.test_variants
-    from .op_expectations import SHAPE_ONLY, SKIP
+    from .op_expectations import SHAPE_ONLY, SKIP, XFAIL_VARIANTS
     from .test_ops import (
         SampleFailure,
         compare,
@@ -44,7 +45,7 @@ if __package__:  # tests/ is a package: tests.test_variants
         tolerances,
     )
 else:  # tests/ on sys.path
-    from op_expectations import SHAPE_ONLY, SKIP
+    from op_expectations import SHAPE_ONLY, SKIP, XFAIL_VARIANTS
     from test_ops import (
         SampleFailure,
         compare,
@@ -58,28 +59,6 @@ else:  # tests/ on sys.path
 
 SAMPLES = 2
 
-XFAIL_VARIANTS: dict[str, str] = {
-    "addbmm": "in place, the CPU resizes a [1] self to the [5, 10] result (addbmm_ skips "
-    "the broadcast check other in-place ops make); pjrt refuses, as it does for any op",
-    "lu": "torch.lu's out= path calls out.resize_as_(result): pjrt's resize_ "
-    "(ops/memory.py) makes a same-shaped tensor contiguous where PyTorch keeps its "
-    "strides, so a view of a column-major out taken before the call no longer sees it",
-    "masked_select": "masked_select.out (ops/indexing.py) writes an int64 out that PyTorch "
-    "refuses: masked_select(): self and result must have the same scalar type",
-    "nonzero": "nonzero.out (ops/indexing.py) writes a bool out that PyTorch refuses: "
-    "nonzero: Expected out tensor to have scalar type Long",
-    "nansum": "an int64 out= computes in int64 (as PyTorch's nansum does); the CPU has no "
-    "integer kernel and raises NotImplementedError: \"nansum_cpu\" not implemented for 'Long'",
-    "nanmean": "an int64 out=: pjrt raises RuntimeError (result type Float can't be cast), "
-    "the CPU NotImplementedError (\"nansum_cpu\" not implemented for 'Long')",
-    "eye": "no lowering: aten.eye.out and aten.eye.m_out (factories' out= forms are not "
-    "derived from their functional lowerings)",
-    "narrow_copy": "no lowering: aten.narrow_copy.out",
-    "linalg.eigvals": "no lowering: aten.linalg_eigvals.out",
-    "hash_tensor": "no lowering: aten.hash_tensor.out (as in tests/op_expectations.py)",
-    "linalg.eigh": "out=[1]: eigenvectors differ from the CPU's (as in tests/op_expectations.py)",
-    "nn.functional.rrelu": "random: training=True draws slopes, differently on CPU and pjrt",
-}
 
 # an out= dtype each result kind may not be cast to (bool results cast to anything)
 _UNCASTABLE = {"float": torch.int64, "complex": torch.float32, "int": torch.bool}

@@ -12,7 +12,7 @@ import torch
 from jax import lax
 
 from torch_pjrt.ops._promote import KIND, cast, promote, result_type
-from torch_pjrt.ops.registry import lowers
+from torch_pjrt.ops.registry import lowers, refusal
 
 aten = torch.ops.aten
 
@@ -52,7 +52,7 @@ def _name(dtype) -> str:
 
 
 def _unsupported(op: str, x) -> NotImplementedError:
-    return NotImplementedError(f"\"{op}_cpu\" not implemented for '{_name(x.dtype)}'")
+    return refusal(NotImplementedError(f"\"{op}_cpu\" not implemented for '{_name(x.dtype)}'"))
 
 
 def _s(value, dtype):

@@ -149,6 +149,8 @@ def resize_(self, size, memory_format=None):
     shape = tuple(size)
     if any(s < 0 for s in shape):
         raise RuntimeError(f"Trying to create tensor with negative dimension: {list(shape)}")
+    if shape == tuple(self.shape) and memory_format is None:
+        return self  # as in ATen: the same sizes keep the strides (a transposed out stays so)
     strides = _contiguous_strides(shape)
     offset = self.storage_offset()
     needed = (offset + storage_size(shape, strides)) * self.dtype.itemsize

@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import torch
 
+from torch_pjrt.ops.nn import _reduce, _vjp
 from torch_pjrt.ops.registry import lowers
 
 aten = torch.ops.aten
@@ -405,3 +406,50 @@ def _segment_reduce_backward(
         raise RuntimeError(f"segment_reduce: unknown reduction {reduce!r}")
     out = jnp.where(inside_b, out, 0)
     return out.astype(data.dtype)
+
+
+# --- margin losses: the backward ops (the forwards run as PyTorch's decompositions) ---
+
+
+def _multi_margin(x, target, p: int, margin, weight, reduction: int):
+    """``multi_margin_loss`` of (N, C), (C,) or () scores, as ATen defines it."""
+    rows = x.reshape(-1, x.shape[-1] if x.ndim else 1)
+    target = target.reshape(-1).astype(jnp.int32)
+    own = jnp.take_along_axis(rows, target[:, None], axis=1)
+    z = margin - own + rows
+    terms = z if p == 1 else z * z
+    if weight is not None:
+        terms = terms * weight[target][:, None]
+    other = jnp.arange(rows.shape[1])[None, :] != target[:, None]
+    loss = jnp.sum(jnp.where((z > 0) & other, terms, 0), axis=1) / rows.shape[1]
+    return _reduce(loss if x.ndim == 2 else loss.reshape(()), reduction)
+
+
+@lowers(aten.multi_margin_loss_backward.default, static=("p",))
+def multi_margin_loss_backward(grad_output, self, target, p, margin, weight=None, reduction=1):
+    def forward(x):
+        return _multi_margin(x, target, p, margin, weight, reduction)
+
+    return _vjp(forward, (self,), grad_output, (True,))[0]
+
+
+def _multilabel_margin(x, target, is_target, reduction: int):
+    """``multilabel_margin_loss`` of (N, C), (C,) or () scores: for each listed target (up to
+    the first -1) and each class that is not a target, max(0, 1 - (x[target] - x[class]))."""
+    rows = x.reshape(-1, x.shape[-1] if x.ndim else 1)
+    target = target.reshape(rows.shape).astype(jnp.int32)
+    listed = jnp.cumprod(target >= 0, axis=1).astype(bool)  # positions before the first -1
+    own = jnp.take_along_axis(rows, jnp.maximum(target, 0), axis=1)  # (N, positions)
+    hinge = jnp.maximum(0, 1 - own[:, :, None] + rows[:, None, :])  # (N, positions, C)
+    others = (is_target.reshape(rows.shape) == 0)[:, None, :]
+    loss = jnp.sum(jnp.where(listed[:, :, None] & others, hinge, 0), axis=(1, 2))
+    loss = loss / rows.shape[1]
+    return _reduce(loss if x.ndim == 2 else loss.reshape(()), reduction)
+
+
+@lowers(aten.multilabel_margin_loss_backward.default)
+def multilabel_margin_loss_backward(grad_output, self, target, reduction, is_target):
+    def forward(x):
+        return _multilabel_margin(x, target, is_target, reduction)
+
+    return _vjp(forward, (self,), grad_output, (True,))[0]

@@ -425,9 +425,20 @@ def _to_meta(x):
     return retarget(x, "meta", _meta_like)
 
 
+def refusal(exc: Exception) -> Exception:
+    """Mark an error a lowering raises on purpose, in PyTorch's words (arguments the CPU
+    refuses too, which PyTorch's Meta kernel does not check): it reaches the user as is,
+    not as a torch_pjrt bug."""
+    exc.pjrt_refusal = True
+    return exc
+
+
 def _explain(op: OpOverload, args, kwargs, exc: Exception) -> Exception:
-    """The error a failed lowering should raise: PyTorch's own message when PyTorch
-    rejects the same call (its Meta kernel raises), else a bug report with op context."""
+    """The error a failed lowering should raise: its own when it is a :func:`refusal`,
+    PyTorch's message when PyTorch rejects the same call (its Meta kernel raises), else a
+    bug report with op context."""
+    if getattr(exc, "pjrt_refusal", False):
+        return exc
     try:
         op(*_to_meta(args), **{k: _to_meta(v) for k, v in kwargs.items()})
     except Exception as meta_exc:  # noqa: BLE001  (this is the error PyTorch gives)
