@@ -6,8 +6,10 @@ with the same sample generation and comparison as ``tests/test_ops.py``:
 
 - the op's test dtype (float32, or the first dtype the op has of int64, int32, ...):
   every sample;
-- float64, bfloat16, int64, int32, uint8 and bool, where the op's CPU dtypes include
-  them: the first 3 samples each.
+- float64, bfloat16, float16, int64, int32, uint8 and bool, where the op's CPU dtypes
+  include them: the first 3 samples each;
+- float32 gradients, for ops that support autograd: every sample (a random cotangent
+  through ``torch.autograd.grad``, as ``tests/test_ops.py::test_grad`` does).
 
 and writes ``docs/op_coverage.md`` (summary and per-op table). Usage::
 
@@ -20,7 +22,9 @@ and writes ``docs/op_coverage.md`` (summary and per-op table). Usage::
 
 ``--write-expectations`` rewrites the GENERATED block of ``tests/op_expectations.py``
 (XFAIL: ops failing within the first 3 samples of their test dtype; XFAIL_EXHAUSTIVE:
-ops failing only on a later sample). With ``--ops`` only the selected ops' entries change.
+ops failing only on a later sample; XFAIL_GRAD and XFAIL_GRAD_EXHAUSTIVE the same for
+gradients, with ``make test``'s first 2 samples). With ``--ops`` only the selected ops'
+entries change.
 """
 
 from __future__ import annotations
@@ -67,6 +71,7 @@ COLUMNS = {
     "float32": torch.float32,
     "float64": torch.float64,
     "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
     "int64": torch.int64,
     "int32": torch.int32,
     "uint8": torch.uint8,
@@ -83,12 +88,15 @@ def _dtype_name(dtype) -> str:
 # --- running (in worker processes) ----------------------------------------------------
 
 
-def _run(op, dtype, limit, shape_only) -> dict:
+def _run(op, dtype, limit, shape_only, grad=False) -> dict:
     start, cpu_start = time.perf_counter(), time.process_time()
     entry = {"limit": limit}
     try:
         with T.time_limit(TIMEOUT):
-            total, compared = T.check_op(op, dtype, limit, shape_only)
+            if grad:
+                total, compared = T.check_grad(op, limit)
+            else:
+                total, compared = T.check_op(op, dtype, limit, shape_only)
         entry.update(status="pass" if compared else "none", samples=total, compared=compared)
     except T.SampleFailure as exc:
         entry.update(status="fail", first_failure=exc.index, error=T.short_error(exc, 200))
@@ -124,7 +132,7 @@ def _nondeterministic(op, dtype) -> bool:
     return False
 
 
-def run_op(key: str, extra_dtypes=tuple(COLUMNS)) -> dict:
+def run_op(key: str, extra_dtypes=tuple(COLUMNS), grad: bool = True) -> dict:
     op = T.ops_by_key()[key]
     result = {"op": key, "runs": {}}
     if key in E.SKIP:
@@ -141,6 +149,8 @@ def run_op(key: str, extra_dtypes=tuple(COLUMNS)) -> dict:
     for name, dtype in COLUMNS.items():
         if name in extra_dtypes and dtype in supported and dtype != primary:
             result["runs"][name] = _run(op, dtype, T.QUICK_SAMPLES, shape_only)
+    if grad and T.grad_eligible(op) and not shape_only:
+        result["grad"] = _run(op, torch.float32, None, False, grad=True)
     return result
 
 
@@ -158,8 +168,8 @@ def _cell(run) -> str:
 def _first_error(result) -> str:
     runs = result["runs"]
     order = [result.get("test_dtype")] + [n for n in COLUMNS if n != result.get("test_dtype")]
-    for name in order:
-        run = runs.get(name)
+    for name in [*order, "grad"]:
+        run = result.get("grad") if name == "grad" else runs.get(name)
         if run and run["status"] in ("fail", "timeout", "error"):
             text = run["error"]
             text = text if len(text) <= 80 else text[:77] + "..."
@@ -184,9 +194,15 @@ def summarize(results) -> dict:
             "pass": sum(run["status"] in ("pass", "none") for run in runs),
             "run": len(runs),
         }
+    grads = [r["grad"] for r in tested if "grad" in r]
     return {
         "ops": len(results),
         "skipped": len(results) - len(tested),
+        "grad_ops": len(grads),
+        "grad_pass": sum(run["status"] in ("pass", "none") for run in grads),
+        "grad_percent": round(
+            100 * sum(run["status"] in ("pass", "none") for run in grads) / max(len(grads), 1), 1
+        ),
         "float32_ops": len(f32),
         "float32_pass": len(f32_pass),
         "float32_percent": round(100 * len(f32_pass) / max(len(f32), 1), 1),
@@ -203,6 +219,8 @@ def summary_text(s) -> str:
         f"ops with float32 ({s['float32_percent']}%); {s['op_db_percent']}% of all op_db entries",
         f"ops passing every sample of their test dtype: {s['test_dtype_pass']} / "
         f"{s['ops'] - s['skipped']}",
+        f"float32 gradients, all samples: {s['grad_pass']} / {s['grad_ops']} ops that "
+        f"support autograd ({s['grad_percent']}%)",
         "per dtype (ops passing / ops run; float32 all samples, others the first "
         f"{T.QUICK_SAMPLES}):",
     ]
@@ -239,6 +257,9 @@ def write_doc(results, summary, meta, path: Path) -> None:
         f"{s['op_db_percent']}% of all {s['ops']} entries)",
         f"- ops passing every sample of their test dtype (float32, or the first of "
         f"int64, int32, ... the op has): {s['test_dtype_pass']} / {s['ops'] - s['skipped']}",
+        f"- **float32 gradients: {s['grad_pass']} / {s['grad_ops']}** ops that support "
+        f"autograd pass every sample (**{s['grad_percent']}%**; a random cotangent through "
+        "`torch.autograd.grad`, column `grad`)",
         f"- skipped (not comparable, `SKIP` in tests/op_expectations.py): {s['skipped']}",
         "",
         "| dtype | ops passing | ops run | samples |",
@@ -254,18 +275,20 @@ def write_doc(results, summary, meta, path: Path) -> None:
         "",
         "`pass`: every sample matches the CPU; `FAIL`: a sample raised or differed (first",
         "error shown, prefixed by its dtype when not the op's test dtype); `-`: every sample",
-        "raised on the CPU too; empty: the op has no such CPU dtype. The test dtype",
-        f"(float32 unless noted) runs every sample, the other dtypes the first {T.QUICK_SAMPLES}.",
+        "raised on the CPU too; empty: the op has no such CPU dtype (for `grad`: it does not",
+        "support autograd). The test dtype (float32 unless noted) and `grad` run every",
+        f"sample, the other dtypes the first {T.QUICK_SAMPLES}.",
         "",
-        "| op | " + " | ".join(COLUMNS) + " | first error |",
-        "|---|" + "---|" * len(COLUMNS) + "---|",
+        "| op | " + " | ".join(COLUMNS) + " | grad | first error |",
+        "|---|" + "---|" * (len(COLUMNS) + 1) + "---|",
     ]
     for r in results:
         name = r["op"]
         if "skip" in r:
-            out.append(f"| {name} | " + " | ".join("skip" for _ in COLUMNS) + f" | {r['skip']} |")
+            skips = " | ".join("skip" for _ in range(len(COLUMNS) + 1))
+            out.append(f"| {name} | {skips} | {r['skip']} |")
             continue
-        cells = [_cell(r["runs"].get(c)) for c in COLUMNS]
+        cells = [_cell(r["runs"].get(c)) for c in COLUMNS] + [_cell(r.get("grad"))]
         err = _first_error(r)
         td = r.get("test_dtype")
         if td and td != "float32":
@@ -297,27 +320,37 @@ BEGIN = "# --- BEGIN GENERATED (scripts/op_coverage.py --write-expectations) ---
 END = "# --- END GENERATED ---"
 
 
-def expectations(results) -> tuple[dict, dict]:
-    """Fresh (XFAIL, XFAIL_EXHAUSTIVE) merged with the current ones for ops not run."""
+def expectations(results) -> tuple[dict, dict, dict, dict]:
+    """Fresh (XFAIL, XFAIL_EXHAUSTIVE, XFAIL_GRAD, XFAIL_GRAD_EXHAUSTIVE), merged with the
+    current ones for ops not run."""
     ran = {r["op"] for r in results}
+    ran_grad = {r["op"] for r in results if "grad" in r}
     xfail = {k: v for k, v in E.XFAIL.items() if k not in ran}
     exhaustive = {k: v for k, v in E.XFAIL_EXHAUSTIVE.items() if k not in ran}
+    xfail_grad = {k: v for k, v in E.XFAIL_GRAD.items() if k not in ran_grad}
+    exhaustive_grad = {k: v for k, v in E.XFAIL_GRAD_EXHAUSTIVE.items() if k not in ran_grad}
     for r in results:
         td = r.get("test_dtype")
         if "skip" in r or not td:
             continue
-        run = r["runs"][td]
-        if run["status"] == "fail":
-            reason = _reason(run["error"])
-            if run["first_failure"] < T.QUICK_SAMPLES:
-                xfail[r["op"]] = reason
-            else:
-                exhaustive[r["op"]] = f"sample {run['first_failure']}: {reason}"
-        elif run["status"] in ("timeout", "error"):
-            xfail[r["op"]] = _reason(run["error"])
+        _expect(r["op"], r["runs"][td], T.QUICK_SAMPLES, xfail, exhaustive)
+        if "grad" in r:
+            _expect(r["op"], r["grad"], T.GRAD_SAMPLES, xfail_grad, exhaustive_grad)
     order = {k: i for i, k in enumerate(T.ops_by_key())}
     sort = lambda d: dict(sorted(d.items(), key=lambda kv: order.get(kv[0], 1 << 30)))  # noqa: E731
-    return sort(xfail), sort(exhaustive)
+    return sort(xfail), sort(exhaustive), sort(xfail_grad), sort(exhaustive_grad)
+
+
+def _expect(key: str, run: dict, quick: int, xfail: dict, exhaustive: dict) -> None:
+    """Enter one run's failure in the table ``make test`` sees or the exhaustive one."""
+    if run["status"] == "fail":
+        reason = _reason(run["error"])
+        if run["first_failure"] < quick:
+            xfail[key] = reason
+        else:
+            exhaustive[key] = f"sample {run['first_failure']}: {reason}"
+    elif run["status"] in ("timeout", "error"):
+        xfail[key] = _reason(run["error"])
 
 
 def _reason(text: str, width: int = 100) -> str:
@@ -331,10 +364,12 @@ def _dict_source(name: str, d: dict) -> str:
     return f"{name}: dict[str, str] = {{\n{body}}}\n"
 
 
-def generated_block(xfail, exhaustive) -> str:
+def generated_block(xfail, exhaustive, xfail_grad, exhaustive_grad) -> str:
     return (
-        f"{BEGIN}\n{_dict_source('XFAIL', xfail)}\n"
-        f"{_dict_source('XFAIL_EXHAUSTIVE', exhaustive)}{END}"
+        f"{BEGIN}\n# fmt: off\n{_dict_source('XFAIL', xfail)}\n"
+        f"{_dict_source('XFAIL_EXHAUSTIVE', exhaustive)}\n"
+        f"{_dict_source('XFAIL_GRAD', xfail_grad)}\n"
+        f"{_dict_source('XFAIL_GRAD_EXHAUSTIVE', exhaustive_grad)}# fmt: on\n{END}"
     )
 
 
@@ -375,6 +410,7 @@ def main(argv=None) -> int:
         default=",".join(COLUMNS),
         help="dtypes checked besides the test dtype (default: all columns; '' for none)",
     )
+    p.add_argument("--no-grad", action="store_true", help="skip the gradient runs")
     p.add_argument("--json", metavar="PATH", help="also write the raw results as JSON")
     p.add_argument(
         "--doc",
@@ -404,7 +440,7 @@ def main(argv=None) -> int:
     unknown = set(extra) - set(COLUMNS)
     if unknown:
         raise SystemExit(f"--dtypes: unknown {sorted(unknown)}; choose from {list(COLUMNS)}")
-    work = functools.partial(run_op, extra_dtypes=extra)
+    work = functools.partial(run_op, extra_dtypes=extra, grad=not args.no_grad)
     start = time.perf_counter()
     results: dict[str, dict] = {}
     jobs = max(1, min(args.jobs, len(keys)))
@@ -449,7 +485,11 @@ def main(argv=None) -> int:
             "jobs": jobs,
             "cpus": os.cpu_count(),
             "op_cpu_seconds": round(
-                sum(run.get("cpu_seconds", 0) for r in ordered for run in r["runs"].values())
+                sum(
+                    run.get("cpu_seconds", 0)
+                    for r in ordered
+                    for run in [*r["runs"].values(), r.get("grad", {})]
+                )
             ),
             "ops_filter": args.ops,
         }

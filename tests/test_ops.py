@@ -48,9 +48,25 @@ from torch.testing._internal.common_methods_invocations import op_db
 import torch_pjrt
 
 if __package__:  # tests/ is a package: tests.test_ops
-    from .op_expectations import SHAPE_ONLY, SKIP, XFAIL, XFAIL_EXHAUSTIVE
+    from .op_expectations import (
+        GRAD_TOLERANCES,
+        SHAPE_ONLY,
+        SKIP,
+        XFAIL,
+        XFAIL_EXHAUSTIVE,
+        XFAIL_GRAD,
+        XFAIL_GRAD_EXHAUSTIVE,
+    )
 else:  # tests/ on sys.path (rootdir-style, or scripts/op_coverage.py)
-    from op_expectations import SHAPE_ONLY, SKIP, XFAIL, XFAIL_EXHAUSTIVE
+    from op_expectations import (
+        GRAD_TOLERANCES,
+        SHAPE_ONLY,
+        SKIP,
+        XFAIL,
+        XFAIL_EXHAUSTIVE,
+        XFAIL_GRAD,
+        XFAIL_GRAD_EXHAUSTIVE,
+    )
 
 QUICK_SAMPLES = 3
 SEED = 0
@@ -344,6 +360,119 @@ def check_op(op, dtype, limit=None, shape_only: bool = False) -> tuple[int, int]
     return len(cases), compared
 
 
+# --- gradients ------------------------------------------------------------------------
+
+GRAD_SAMPLES = 2  # samples per op in ``make test``; the exhaustive run takes all
+
+
+def grad_eligible(op) -> bool:
+    """Whether the op's float32 gradients are tested: it supports autograd and float32."""
+    return op.supports_autograd and torch.float32 in cpu_dtypes(op)
+
+
+def grad_samples(op, limit=None) -> list:
+    """The op's float32 CPU samples with ``requires_grad`` inputs, from a fixed seed."""
+    torch.manual_seed(SEED)
+    random.seed(SEED)
+    np.random.seed(SEED)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gen = op.sample_inputs("cpu", torch.float32, requires_grad=True)
+        return list(itertools.islice(gen, limit)) if limit else list(gen)
+
+
+def _differentiable(t) -> bool:
+    return (
+        isinstance(t, torch.Tensor)
+        and t.requires_grad
+        and (t.dtype.is_floating_point or t.dtype.is_complex)
+    )
+
+
+def _leaf_copies(args, kwargs, device: str):
+    """The sample's arguments on ``device`` with every tensor that requires grad made a
+    fresh leaf (aliases kept), and the list of those leaves in order of appearance."""
+    moved: dict = {}
+    leaves: list = []
+
+    def move(t):
+        if id(t) not in moved:
+            c = t.detach().to(device) if device != "cpu" else t.detach().clone()
+            if _differentiable(t):
+                c.requires_grad_(True)
+                leaves.append(c)
+            moved[id(t)] = c
+        return moved[id(t)]
+
+    args, kwargs = _map(move, list(args)), _map(move, dict(kwargs))
+    if device != "cpu":
+        kwargs = {k: _to_pjrt_device(v) if k == "device" else v for k, v in kwargs.items()}
+    return args, kwargs, leaves
+
+
+def _backward(op, sample, args, kwargs, leaves, cotangents=None):
+    """Gradients of the op's differentiable outputs with respect to ``leaves``, for
+    ``cotangents`` (drawn from a fixed CPU generator when None); (grads, cotangents)."""
+    out = sample.output_process_fn_grad(op(*args, **kwargs))
+    outs = [t for t in _tensors(out) if _differentiable(t)]
+    if not outs:
+        return None, None
+    if cotangents is None:
+        g = torch.Generator().manual_seed(SEED)
+        cotangents = [torch.randn(o.shape, dtype=o.dtype, generator=g) for o in outs]
+    device = outs[0].device
+    grads = torch.autograd.grad(outs, leaves, [c.to(device) for c in cotangents], allow_unused=True)
+    return grads, cotangents
+
+
+def run_grad_sample(op, sample) -> bool:
+    """Compare the gradients of one sample on pjrt with the CPU's (a random cotangent
+    through ``torch.autograd.grad``); False when the CPU run raises or has nothing to
+    differentiate."""
+    args = [sample.input, *sample.args]
+    cpu_args, cpu_kwargs, cpu_leaves = _leaf_copies(args, sample.kwargs, "cpu")
+    if not cpu_leaves:
+        return False
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            expected, cotangents = _backward(op, sample, cpu_args, cpu_kwargs, cpu_leaves)
+        except Exception:
+            return False
+        if expected is None:
+            return False
+        dev_args, dev_kwargs, dev_leaves = _leaf_copies(args, sample.kwargs, "pjrt")
+        with torch_pjrt.config(fallback="error"):
+            actual, _ = _backward(op, sample, dev_args, dev_kwargs, dev_leaves, cotangents)
+            tol = tolerances(op, torch.float32)
+            wider = GRAD_TOLERANCES.get(op_key(op), ({}, ""))[0]
+            if wider:
+                tol = {k: max(tol.get(k, 0.0), wider[k]) for k in ("atol", "rtol")}
+            for i, (a, e) in enumerate(zip(actual, expected)):
+                if e is None:  # unused on the CPU: pjrt may say None or zeros
+                    if a is not None and bool(a.cpu().any()):
+                        raise AssertionError(f"gradient {i}: nonzero where the CPU has none")
+                    continue
+                if a is None:
+                    a = torch.zeros_like(e, device="pjrt")  # unused on pjrt: zeros
+                compare(a, e, tol, path=f"gradient {i}")
+    return True
+
+
+def check_grad(op, limit=None) -> tuple[int, int]:
+    """:func:`check_op` for float32 gradients."""
+    cases = grad_samples(op, limit)
+    compared = 0
+    for index, sample in enumerate(cases):
+        try:
+            compared += run_grad_sample(op, sample)
+        except OpTimeout:
+            raise
+        except Exception as exc:
+            raise SampleFailure(index, sample, exc) from exc
+    return len(cases), compared
+
+
 def short_error(exc: BaseException, width: int = 80) -> str:
     """A one-line summary of a failure, for the tables."""
     cause = exc.cause if isinstance(exc, SampleFailure) else exc
@@ -399,6 +528,34 @@ def test_op(op, limit):
         pytest.skip(reason)
 
 
+def _grad_params():
+    for mode, limit in (("first2", GRAD_SAMPLES), ("all", None)):
+        for op in op_db:
+            key = op_key(op)
+            if not grad_eligible(op) or key in SKIP or key in SHAPE_ONLY:
+                continue
+            marks = [pytest.mark.slow] if limit is None else []
+            if key in XFAIL_GRAD:
+                marks.append(pytest.mark.xfail(strict=True, reason=XFAIL_GRAD[key]))
+            elif limit is None and key in XFAIL_GRAD_EXHAUSTIVE:
+                marks.append(pytest.mark.xfail(strict=True, reason=XFAIL_GRAD_EXHAUSTIVE[key]))
+            yield pytest.param(op, limit, id=f"{key}-{mode}", marks=marks)
+
+
+@pytest.mark.parametrize("op, limit", list(_grad_params()))
+def test_grad(op, limit):
+    report = None
+    try:
+        with time_limit(OP_TIMEOUT):
+            total, compared = check_grad(op, limit)
+    except (SampleFailure, OpTimeout) as exc:
+        report = failure_report(exc)
+    if report is not None:
+        pytest.fail(report, pytrace=False)
+    if compared == 0:
+        pytest.skip(f"none of the {total} samples has a gradient the CPU computes")
+
+
 def test_expectation_tables_name_real_ops():
     """Every key of tests/op_expectations.py names an op_db entry, and only one table."""
     keys = set(ops_by_key())
@@ -408,6 +565,14 @@ def test_expectation_tables_name_real_ops():
         "XFAIL": XFAIL,
         "XFAIL_EXHAUSTIVE": XFAIL_EXHAUSTIVE,
     }
+    grad_tables = {
+        "XFAIL_GRAD": XFAIL_GRAD,
+        "XFAIL_GRAD_EXHAUSTIVE": XFAIL_GRAD_EXHAUSTIVE,
+        "GRAD_TOLERANCES": GRAD_TOLERANCES,
+    }
+    for name, table in grad_tables.items():
+        assert not set(table) - keys, f"{name}: not in op_db: {sorted(set(table) - keys)}"
+        assert not set(table) & set(SKIP), f"{name}: skipped ops: {sorted(set(table) & set(SKIP))}"
     unknown = {name: sorted(set(t) - keys) for name, t in tables.items() if set(t) - keys}
     assert not unknown, f"not in op_db (renamed or removed?): {unknown}"
     seen: dict = {}
