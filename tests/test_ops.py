@@ -8,7 +8,15 @@ with its tensors moved by ``.to("pjrt")``, on pjrt under
 CPU), and compares the outputs with ``torch.testing.assert_close``. Tolerances are
 the OpInfo's own (its ``toleranceOverride``/``precisionOverride`` decorators, the
 largest declared for the dtype) or assert_close's defaults. Tensors an op writes in
-place are compared too. A sample that raises on the CPU is skipped.
+place are compared too. A sample that raises on the CPU is skipped. Two rules widen
+the comparison, each for a documented reason: a bfloat16 or float16 result that
+differs from the CPU's passes if it is no further from the exact result (the op in
+float64) than the CPU's (:func:`_closer_to_exact`), and the indices of sort, argsort
+and topk without ``stable=True`` pass if they select equal values (``TIED_INDICES``).
+
+``test_grad`` compares float32 gradients (a seeded random cotangent through
+``torch.autograd.grad``) of every op that supports autograd, the first 2 samples in
+``make test`` and all of them in the exhaustive run.
 
 Two parametrizations of the same test, one per op each:
 
@@ -315,6 +323,82 @@ def time_limit(seconds: float):
         signal.signal(signal.SIGALRM, old)
 
 
+# Ops whose index output may order equal values either way unless ``stable=True`` (as
+# PyTorch documents): their indices count as equal when they select equal values.
+# op key -> (which output holds the indices: None for the op's only output, the
+# position of ``dim`` among the sample's positional arguments)
+TIED_INDICES = {"sort": (1, 0), "argsort": (None, 0), "topk": (1, 1)}
+
+
+def _settle_ties(key: str, sample, actual, expected):
+    """For :data:`TIED_INDICES` ops (not asked to be stable), both results with their
+    indices replaced by the input values they select."""
+    if key not in TIED_INDICES or sample.kwargs.get("stable"):
+        return actual, expected
+    which, dim_at = TIED_INDICES[key]
+    dim = sample.args[dim_at] if len(sample.args) > dim_at else sample.kwargs.get("dim", -1)
+    source = sample.input
+
+    def indices(result):
+        return result if which is None else result[which]
+
+    compare(indices(actual), indices(expected), {}, shape_only=True, path="indices")
+
+    def select(result):
+        idx = indices(result)
+        picked = source.gather(dim, idx.cpu()) if source.ndim else source.clone()
+        picked = picked.to(idx.device)  # (the pjrt result stays a pjrt tensor)
+        return picked if which is None else (*result[:which], picked, *result[which + 1 :])
+
+    return select(actual), select(expected)
+
+
+HALF = (torch.float16, torch.bfloat16)
+
+
+def _closer_to_exact(op, args, kwargs, dtype, actual, expected, tol) -> bool:
+    """For half-precision samples: whether pjrt's outputs are, by the comparison's own
+    measure (``|error| / (atol + rtol |exact|)``), no further from the exact result than
+    the CPU's, the exact result being the op computed in float64 from the same inputs.
+
+    NOTE: ATen's CPU kernels round some half-precision intermediates and XLA others (or
+    none), so the two can differ by a unit in the last place where both are as accurate;
+    this accepts such a difference only when pjrt is at least as close to the exact value.
+    """
+    if dtype not in HALF:
+        return False
+
+    def wide(t):
+        return t.detach().double() if t.dtype == dtype else t.detach().clone()
+
+    try:
+        exact = op(*_map(wide, list(args)), **_map(wide, dict(kwargs)))
+    except Exception:
+        return False
+    a_leaves, e_leaves = list(_tensors(actual)), list(_tensors(expected))
+    x_leaves = list(_tensors(exact))
+    if not (len(a_leaves) == len(e_leaves) == len(x_leaves)):
+        return False
+    atol = tol.get("atol", 1e-5)
+    rtol = tol.get("rtol", 1.6e-2 if dtype == torch.bfloat16 else 1e-3)
+    for a, e, x in zip(a_leaves, e_leaves, x_leaves):
+        if not e.dtype.is_floating_point:
+            if not torch.equal(a.cpu(), e):
+                return False
+            continue
+        if a.shape != e.shape or a.dtype != e.dtype or x.shape != e.shape:
+            return False
+        x = x.double()
+        scale = atol + rtol * x.abs()
+        ours = ((a.cpu().double() - x).abs() / scale).nan_to_num(0.0)
+        theirs = ((e.double() - x).abs() / scale).nan_to_num(0.0)
+        if not torch.equal(a.cpu().isnan(), e.isnan()):
+            return False
+        if ours.numel() and ours.max() > max(1.0, theirs.max().item()):
+            return False
+    return True
+
+
 def run_sample(op, sample, dtype, shape_only: bool = False) -> bool:
     """Run one sample on both devices and compare; False when the CPU run raises."""
     args = [sample.input, *sample.args]
@@ -333,7 +417,14 @@ def run_sample(op, sample, dtype, shape_only: bool = False) -> bool:
             with torch.device("pjrt") if untied else _nothing():
                 actual = op(*dev_args, **dev_kwargs)
             tol = tolerances(op, dtype)
-            compare(actual, expected, tol, shape_only)
+            if not shape_only:
+                actual, expected = _settle_ties(op_key(op), sample, actual, expected)
+            try:
+                compare(actual, expected, tol, shape_only)
+            except AssertionError:
+                closer = _closer_to_exact(op, args, kwargs, dtype, actual, expected, tol)
+                if shape_only or not closer:
+                    raise
             # whatever the op wrote in place must match too
             for i, (a, e) in enumerate(zip(_tensors(dev_args), _tensors(cpu_args))):
                 compare(a, e, tol, shape_only, f"argument tensor {i} after the op")
