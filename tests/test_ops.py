@@ -439,11 +439,15 @@ def check_op(op, dtype, limit=None, shape_only: bool = False) -> tuple[int, int]
 
     Raises SampleFailure at the first sample that fails.
     """
-    cases = samples(op, dtype, limit)
+    return _check(samples(op, dtype, limit), lambda s: run_sample(op, s, dtype, shape_only))
+
+
+def _check(cases: list, run) -> tuple[int, int]:
+    """``run`` each sample; (samples, compared), or SampleFailure at the first failure."""
     compared = 0
     for index, sample in enumerate(cases):
         try:
-            compared += run_sample(op, sample, dtype, shape_only)
+            compared += run(sample)
         except OpTimeout:
             raise
         except Exception as exc:
@@ -552,16 +556,7 @@ def run_grad_sample(op, sample) -> bool:
 
 def check_grad(op, limit=None) -> tuple[int, int]:
     """:func:`check_op` for float32 gradients."""
-    cases = grad_samples(op, limit)
-    compared = 0
-    for index, sample in enumerate(cases):
-        try:
-            compared += run_grad_sample(op, sample)
-        except OpTimeout:
-            raise
-        except Exception as exc:
-            raise SampleFailure(index, sample, exc) from exc
-    return len(cases), compared
+    return _check(grad_samples(op, limit), lambda s: run_grad_sample(op, s))
 
 
 def short_error(exc: BaseException, width: int = 80) -> str:
@@ -586,18 +581,26 @@ def failure_report(exc: BaseException, frames: int = 4) -> str:
 # --- the test -------------------------------------------------------------------------
 
 
+def _param(op, limit, mode: str, xfail: dict, exhaustive: dict, skip: str | None = None):
+    """One op's test parameter, marked from the expectation tables: the exhaustive
+    (``limit`` None) runs are ``slow``; ``xfail`` entries fail in both, ``exhaustive``
+    entries only in the exhaustive run."""
+    key = op_key(op)
+    marks = [pytest.mark.slow] if limit is None else []
+    if skip is not None:
+        marks.append(pytest.mark.skip(reason=skip))
+    elif key in xfail:
+        marks.append(pytest.mark.xfail(strict=True, reason=xfail[key]))
+    elif limit is None and key in exhaustive:
+        marks.append(pytest.mark.xfail(strict=True, reason=exhaustive[key]))
+    return pytest.param(op, limit, id=f"{key}-{mode}", marks=marks)
+
+
 def _params():
     for mode, limit in (("first3", QUICK_SAMPLES), ("all", None)):
         for op in op_db:
-            key = op_key(op)
-            marks = [pytest.mark.slow] if limit is None else []
-            if key in SKIP:
-                marks.append(pytest.mark.skip(reason=SKIP[key]))
-            elif key in XFAIL:
-                marks.append(pytest.mark.xfail(strict=True, reason=XFAIL[key]))
-            elif limit is None and key in XFAIL_EXHAUSTIVE:
-                marks.append(pytest.mark.xfail(strict=True, reason=XFAIL_EXHAUSTIVE[key]))
-            yield pytest.param(op, limit, id=f"{key}-{mode}", marks=marks)
+            skip = SKIP.get(op_key(op))
+            yield _param(op, limit, mode, XFAIL, XFAIL_EXHAUSTIVE, skip)
 
 
 @pytest.mark.parametrize("op, limit", list(_params()))
@@ -623,14 +626,8 @@ def _grad_params():
     for mode, limit in (("first2", GRAD_SAMPLES), ("all", None)):
         for op in op_db:
             key = op_key(op)
-            if not grad_eligible(op) or key in SKIP or key in SHAPE_ONLY:
-                continue
-            marks = [pytest.mark.slow] if limit is None else []
-            if key in XFAIL_GRAD:
-                marks.append(pytest.mark.xfail(strict=True, reason=XFAIL_GRAD[key]))
-            elif limit is None and key in XFAIL_GRAD_EXHAUSTIVE:
-                marks.append(pytest.mark.xfail(strict=True, reason=XFAIL_GRAD_EXHAUSTIVE[key]))
-            yield pytest.param(op, limit, id=f"{key}-{mode}", marks=marks)
+            if grad_eligible(op) and key not in SKIP and key not in SHAPE_ONLY:
+                yield _param(op, limit, mode, XFAIL_GRAD, XFAIL_GRAD_EXHAUSTIVE)
 
 
 @pytest.mark.parametrize("op, limit", list(_grad_params()))
