@@ -65,10 +65,6 @@ SHAPE_ONLY: dict[str, str] = {
 XFAIL_VARIANTS: dict[str, str] = {
     "addbmm": "in place, the CPU resizes a [1] self to the [5, 10] result (addbmm_ skips "
     "the broadcast check other in-place ops make); pjrt refuses, as it does for any op",
-    "masked_select": "masked_select.out (ops/indexing.py) writes an int64 out that PyTorch "
-    "refuses: masked_select(): self and result must have the same scalar type",
-    "nonzero": "nonzero.out (ops/indexing.py) writes a bool out that PyTorch refuses: "
-    "nonzero: Expected out tensor to have scalar type Long",
     "nansum": "an int64 out= computes in int64 (as PyTorch's nansum does); the CPU has no "
     "integer kernel and raises NotImplementedError: \"nansum_cpu\" not implemented for 'Long'",
     "nanmean": "an int64 out=: pjrt raises RuntimeError (result type Float can't be cast), "

@@ -16,7 +16,14 @@ import numpy as np
 import torch
 
 from torch_pjrt.diagnostics import metrics
-from torch_pjrt.ops.registry import Kernel, Lowering, implements, lowers, resize_output
+from torch_pjrt.ops.registry import (
+    Kernel,
+    Lowering,
+    _dtype_name,
+    implements,
+    lowers,
+    resize_output,
+)
 from torch_pjrt.tensor import read, wrap
 
 aten = torch.ops.aten
@@ -71,6 +78,11 @@ def nonzero(self):
 
 @implements(aten.nonzero.out)
 def nonzero_out(self, *, out):
+    if out.dtype != torch.int64:  # (ATen's words, its missing space included)
+        raise RuntimeError(
+            f"nonzero: Expected out tensor to have scalar type Long but got scalar type"
+            f"{_dtype_name(out.dtype)}"
+        )
     result = nonzero(self)
     resize_output(out, result.shape)
     return out.copy_(result)
@@ -194,6 +206,8 @@ def masked_select(self, mask):
 
 @implements(aten.masked_select.out)
 def masked_select_out(self, mask, *, out):
+    if out.dtype != self.dtype:
+        raise RuntimeError("masked_select(): self and result must have the same scalar type")
     result = masked_select(self, mask)
     resize_output(out, result.shape)
     return out.copy_(result)
