@@ -399,18 +399,29 @@ def _closer_to_exact(op, args, kwargs, dtype, actual, expected, tol) -> bool:
     return True
 
 
-def run_sample(op, sample, dtype, shape_only: bool = False) -> bool:
-    """Run one sample on both devices and compare; False when the CPU run raises."""
-    args = [sample.input, *sample.args]
-    kwargs = dict(sample.kwargs)
-    dev_args, dev_kwargs = to_pjrt(args, kwargs)
+def cpu_reference(op, args, kwargs):
+    """(arguments, keyword arguments, result) of the op run on a CPU copy of the
+    arguments (which it may have written), or None when the CPU raises."""
     cpu_args, cpu_kwargs = cpu_copy(args, kwargs)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            expected = op(*cpu_args, **cpu_kwargs)
+            return cpu_args, cpu_kwargs, op(*cpu_args, **cpu_kwargs)
         except Exception:
-            return False
+            return None
+
+
+def run_sample(op, sample, dtype, shape_only: bool = False) -> bool:
+    """Run one sample on both devices and compare; False when the CPU run raises."""
+    args = [sample.input, *sample.args]
+    kwargs = dict(sample.kwargs)
+    reference = cpu_reference(op, args, kwargs)
+    if reference is None:
+        return False
+    cpu_args, cpu_kwargs, expected = reference
+    dev_args, dev_kwargs = to_pjrt(args, kwargs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         # a sample with no tensor and no device (``arange(2)``) makes pjrt the default device
         untied = next(_tensors([args, kwargs]), None) is None and "device" not in kwargs
         with torch_pjrt.config(fallback="error"):

@@ -164,19 +164,17 @@ def _ctc_forward(log_probs, targets, input_lengths, target_lengths, blank, max_l
     return -ll, jnp.transpose(alphas, (1, 0, 2))
 
 
-@lowers(aten._ctc_loss.default)
+def _ctc_max_len(targets, target_lengths) -> int:
+    """The longest target: read from the lengths where they are a list (``.default``
+    overloads); bounded by the targets' static shape where they are a tensor value."""
+    if isinstance(target_lengths, (list, tuple)):
+        return max(target_lengths) if len(target_lengths) else 0
+    return targets.shape[1] if targets.ndim == 2 else targets.shape[0]
+
+
+@lowers(aten._ctc_loss.default, aten._ctc_loss.Tensor)
 def _ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
-    max_len = max(target_lengths) if len(target_lengths) else 0
-    # like CPU, the raw op ignores zero_infinity: ctc_loss applies it to the result
-    return _ctc_forward(log_probs, targets, input_lengths, target_lengths, blank, max_len)
-
-
-@lowers(aten._ctc_loss.Tensor)
-def _ctc_loss_tensor(
-    log_probs, targets, input_lengths, target_lengths, blank=0, zero_infinity=False
-):
-    # the longest target is a value here: bound it by the targets' static shape
-    max_len = targets.shape[1] if targets.ndim == 2 else targets.shape[0]
+    max_len = _ctc_max_len(targets, target_lengths)
     # like CPU, the raw op ignores zero_infinity: ctc_loss applies it to the result
     return _ctc_forward(log_probs, targets, input_lengths, target_lengths, blank, max_len)
 
@@ -198,7 +196,7 @@ def _ctc_backward(grad, log_probs, targets, input_lengths, target_lengths, nll, 
     return out.astype(log_probs.dtype)
 
 
-@lowers(aten._ctc_loss_backward.default)
+@lowers(aten._ctc_loss_backward.default, aten._ctc_loss_backward.Tensor)
 def _ctc_loss_backward(
     grad,
     log_probs,
@@ -210,33 +208,7 @@ def _ctc_loss_backward(
     blank,
     zero_infinity=False,
 ):
-    max_len = max(target_lengths) if len(target_lengths) else 0
-    return _ctc_backward(
-        grad,
-        log_probs,
-        targets,
-        input_lengths,
-        target_lengths,
-        neg_log_likelihood,
-        blank,
-        zero_infinity,
-        max_len,
-    )
-
-
-@lowers(aten._ctc_loss_backward.Tensor)
-def _ctc_loss_backward_tensor(
-    grad,
-    log_probs,
-    targets,
-    input_lengths,
-    target_lengths,
-    neg_log_likelihood,
-    log_alpha,
-    blank,
-    zero_infinity=False,
-):
-    max_len = targets.shape[1] if targets.ndim == 2 else targets.shape[0]
+    max_len = _ctc_max_len(targets, target_lengths)
     return _ctc_backward(
         grad,
         log_probs,

@@ -692,26 +692,27 @@ def _embedding_bag(
     return out, bag, count, count if max_indices is None else max_indices
 
 
-@lowers(aten._embedding_bag_forward_only.default)
-def _embedding_bag_forward_only(
-    weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
-    per_sample_weights=None, include_last_offset=False, padding_idx=-1,
-):  # fmt: skip
-    return _embedding_bag(
-        weight, indices, offsets, mode, per_sample_weights, include_last_offset, padding_idx,
-        forward_only=True,
-    )  # fmt: skip
+def _embedding_bag_op(name: str, forward_only: bool):
+    """The lowering of one of the two embedding_bag forwards (they differ only in the
+    bag sizes a sum reports)."""
+
+    def lowered(
+        weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
+        per_sample_weights=None, include_last_offset=False, padding_idx=-1,
+    ):  # fmt: skip
+        return _embedding_bag(
+            weight, indices, offsets, mode, per_sample_weights, include_last_offset,
+            padding_idx, forward_only=forward_only,
+        )  # fmt: skip
+
+    lowered.__name__ = name
+    return lowered
 
 
-@lowers(aten._embedding_bag.default)
-def _embedding_bag_lowering(
-    weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
-    per_sample_weights=None, include_last_offset=False, padding_idx=-1,
-):  # fmt: skip
-    return _embedding_bag(
-        weight, indices, offsets, mode, per_sample_weights, include_last_offset, padding_idx,
-        forward_only=False,
-    )  # fmt: skip
+lowers(aten._embedding_bag_forward_only.default)(
+    _embedding_bag_op("_embedding_bag_forward_only", forward_only=True)
+)
+lowers(aten._embedding_bag.default)(_embedding_bag_op("_embedding_bag", forward_only=False))
 
 
 def _cpu_frequency(indices, num_weights: int):
