@@ -50,6 +50,11 @@ class DeviceModule:
         runtime.init()
 
     @staticmethod
+    def get_amp_supported_dtype() -> list[torch.dtype]:
+        """The dtypes ``torch.autocast(device_type="pjrt", dtype=...)`` accepts."""
+        return [torch.float16, torch.bfloat16]
+
+    @staticmethod
     def device_count() -> int:
         """Number of devices of the chosen platform."""
         return runtime.device_count()

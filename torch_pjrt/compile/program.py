@@ -420,6 +420,7 @@ class GraphProgram:
             kinds,
             tuple([a.aval for a in donated]),
             tuple([a.aval for a in arrays]),
+            torch.get_float32_matmul_precision(),  # read by the lowerings as they trace
         )
         jitted = self._jitted.get(key)
         first = jitted is None
@@ -501,7 +502,9 @@ class GraphProgram:
             elif i in plan.tensor_dims:
                 arrays[j] = buckets.pad_input(arrays[j], plan.tensor_dims[i], padded)
         input_factors = tuple(input_factors)
-        key = ("padded", statics, kinds, tuple([a.aval for a in arrays]), input_factors)
+        avals = tuple([a.aval for a in arrays])
+        precision = torch.get_float32_matmul_precision()
+        key = ("padded", statics, kinds, avals, input_factors, precision)
         jitted = self._jitted.get(key)
         first = jitted is None
         if first:
@@ -657,10 +660,11 @@ def _cause(old, new) -> str:
 
 
 def _labelled(key):
-    if key is None:
+    if key is None or key[0] == "padded":  # (a padded program: no comparable labels)
         return None
-    statics, kinds, donated, arrays = key[:4]
+    statics, kinds, donated, arrays, precision = key
     return [
+        ("float32 matmul precision", precision),
         ("argument kinds (a tensor became a value, or donation changed)", kinds),
         ("static arguments", statics),
         *((f"donated input {i}", a) for i, a in enumerate(donated)),

@@ -11,6 +11,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from torch_pjrt.config import settings
 from torch_pjrt.diagnostics import metrics
 from torch_pjrt.ops import (  # noqa: F401  (each module registers its lowerings)
+    autocast,
     creation,
     decompositions,
     elementwise,
@@ -86,6 +87,7 @@ def install() -> None:
     memory.register_host_pinning(lib)
     fallback = torch.library.Library("_", "IMPL")
     fallback.fallback(_cpu_fallback, "PrivateUse1")
+    autocast.install(lib, fallback)
     _lib, _fallback_lib = lib, fallback
 
 

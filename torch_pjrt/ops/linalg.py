@@ -14,6 +14,22 @@ aten = torch.ops.aten
 
 HIGHEST = jax.lax.Precision.HIGHEST
 
+# torch.get_float32_matmul_precision() -> the XLA precision of float32 products: full
+# float32 by default; "high" is TF32 on NVIDIA GPUs and three bfloat16 passes on TPU,
+# "medium" the platform's fastest (one bfloat16 pass on TPU). Internal products of the
+# factorizations (matrix_exp, lstsq, ...) stay at full precision whatever the setting.
+_PRECISIONS = {
+    "highest": jax.lax.Precision.HIGHEST,
+    "high": jax.lax.Precision.HIGH,
+    "medium": jax.lax.Precision.DEFAULT,
+}
+
+
+def matmul_precision() -> jax.lax.Precision:
+    """The precision of user-level matrix products and convolutions, read when a program
+    traces (``torch.set_float32_matmul_precision`` is part of every program's cache key)."""
+    return _PRECISIONS[torch.get_float32_matmul_precision()]
+
 
 def _check_same_dtype(a, b, what="expected m1 and m2 to have the same dtype"):
     if a.dtype != b.dtype:
@@ -21,12 +37,14 @@ def _check_same_dtype(a, b, what="expected m1 and m2 to have the same dtype"):
 
 
 def matmul_acc(a, b):
-    """``a @ b`` (jnp.matmul rules) in the accumulation dtype, at full precision."""
-    return jnp.matmul(a, b, precision=HIGHEST, preferred_element_type=_acc_dtype(a.dtype))
+    """``a @ b`` (jnp.matmul rules) in the accumulation dtype, at :func:`matmul_precision`."""
+    precision = matmul_precision()
+    return jnp.matmul(a, b, precision=precision, preferred_element_type=_acc_dtype(a.dtype))
 
 
 def einsum_acc(spec, a, b):
-    return jnp.einsum(spec, a, b, precision=HIGHEST, preferred_element_type=_acc_dtype(a.dtype))
+    precision = matmul_precision()
+    return jnp.einsum(spec, a, b, precision=precision, preferred_element_type=_acc_dtype(a.dtype))
 
 
 def _scaled(x, s):

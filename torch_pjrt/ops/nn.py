@@ -12,6 +12,7 @@ import torch
 
 from torch_pjrt.ops._promote import is_low_float as _is_low_float
 from torch_pjrt.ops._promote import opmath as _opmath
+from torch_pjrt.ops.linalg import matmul_precision
 from torch_pjrt.ops.registry import lowers
 from torch_pjrt.runtime.transfer import jax_dtype as _jax_dtype
 
@@ -78,7 +79,7 @@ def _conv(input, weight, stride, padding, dilation, transposed, output_padding, 
     common = {
         "dimension_numbers": numbers,
         "feature_group_count": groups,
-        "precision": HIGHEST,
+        "precision": matmul_precision(),
         "preferred_element_type": _opmath(input.dtype),
     }
     if not transposed:

@@ -307,12 +307,17 @@ class Kernel:
             "List[Tensor]",
         )
 
-    def _program(self, statics):
+    def _program(self, key):
+        statics = key[0]
         sig, lowering = self.sig, self.lowering
         fn = lowering.fn
 
         def run(arrays, scalars, rng):
-            self._traced = _signature(sig, statics, arrays, scalars)
+            self._traced = [
+                ("default dtype", key[1]),
+                ("float32 matmul precision", key[2]),
+                *_signature(sig, statics, arrays, scalars),
+            ]
             vals = [None] * len(sig.names)
             for i, v in zip(sig.arrays, arrays):
                 vals[i] = v
@@ -326,7 +331,7 @@ class Kernel:
             return fn(**kwargs)
 
         program = jax.jit(run)
-        self.cache[(statics, torch.get_default_dtype())] = program
+        self.cache[key] = program
         return program
 
     def compute(self, args, kwargs):
@@ -348,10 +353,12 @@ class Kernel:
                 has_tensors = has_tensors or isinstance(v, torch.Tensor)
         scalars = [vals[i] for i in sig.scalars]
         statics = tuple(_static(vals[i]) for i in sig.statics)
-        # NOTE: lowerings may read the default dtype (factories, dtype=None): part of the key
-        program = self.cache.get((statics, torch.get_default_dtype()))
+        # NOTE: lowerings read the default dtype (factories, dtype=None) and the float32
+        # matmul precision when they trace: both are part of the key
+        key = (statics, torch.get_default_dtype(), torch.get_float32_matmul_precision())
+        program = self.cache.get(key)
         if program is None:
-            program = self._program(statics)
+            program = self._program(key)
         rng = pjrt_random.next_key_parts(index) if self.lowering.random else None
         metrics.op(self.name)
         try:
