@@ -128,8 +128,8 @@ _FREE = ctypes.cast(_libc.free, ctypes.c_void_p).value
 _HEADER = ctypes.sizeof(_DLManagedTensor)
 # data, device type and id, ndim, dtype code/bits/lanes, shape, strides, byte offset,
 # manager context, deleter: the DLManagedTensor layout, packed in one go
-_PACK_HEADER = struct.Struct("<QiiiBBHQQQQQ").pack
-assert struct.calcsize("<QiiiBBHQQQQQ") == _HEADER
+_HEADER_FORMAT = "<QiiiBBHQQQQQ"
+assert struct.calcsize(_HEADER_FORMAT) == _HEADER
 _memmove = ctypes.memmove
 _from_dlpack = torch._C._from_dlpack
 
@@ -172,7 +172,7 @@ def _handle(index: int, shape, strides, dtype: torch.dtype, nbytes: int) -> torc
     if not block:
         raise MemoryError("pjrt: out of host memory for a tensor handle")
     code, bits = _dl_dtype(dtype)
-    header = _PACK_HEADER(
+    packed = _packer(ndim)(
         _fake_address(nbytes),
         12,
         index,
@@ -185,9 +185,17 @@ def _handle(index: int, shape, strides, dtype: torch.dtype, nbytes: int) -> torc
         0,
         0,
         _FREE,
+        *shape,
+        *strides,
     )
-    _memmove(block, header + struct.pack(f"<{2 * ndim}q", *shape, *strides), size)
+    _memmove(block, packed, size)
     return _from_dlpack(_capsule_new(block, b"dltensor", None))
+
+
+@functools.cache
+def _packer(ndim: int):
+    """Packs a whole capsule block: the DLManagedTensor, then shape and strides."""
+    return struct.Struct(f"{_HEADER_FORMAT}{2 * ndim}q").pack
 
 
 def _contiguous_strides(shape) -> tuple:

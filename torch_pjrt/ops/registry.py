@@ -270,6 +270,32 @@ def _array_of(t, index: int, lazy: bool = False):
     raise _same_device_error(f"pjrt:{index}", device)
 
 
+_SCALAR_ARRAYS: dict = {}
+
+
+def _device_scalar(v):
+    """A Python number as the weakly typed JAX scalar that jit makes of it, made once:
+    a jitted call converts Python numbers on every call (about 1.5 us each), arrays it
+    takes as they are. Numbers that compare equal but differ (-0.0 and 0.0, NaN) are
+    passed through unconverted."""
+    cls = v.__class__
+    if cls is not int and cls is not float and cls is not bool and cls is not complex:
+        return v
+    key = (cls, v)
+    found = _SCALAR_ARRAYS.get(key)
+    if found is None:
+        if v != v or (not v and (cls is float or cls is complex)):
+            return v
+        if len(_SCALAR_ARRAYS) >= 4096:
+            _SCALAR_ARRAYS.clear()
+        try:
+            with jax.enable_x64(True):
+                found = _SCALAR_ARRAYS[key] = jax.numpy.asarray(v)
+        except OverflowError:  # (the jitted call raises its own error)
+            return v
+    return found
+
+
 def _signature(sig: Signature, statics, arrays, scalars) -> list:
     """(label, value) pairs describing one traced call, for compilation causes."""
     out = [(f"argument {sig.names[i]}", v) for i, v in zip(sig.statics, statics)]
@@ -306,6 +332,18 @@ class Kernel:
             "Tensor",
             "List[Tensor]",
         )
+        sig = self.sig
+        # the plain eager call (see _plain_call): tensors, no lists, no randomness, no
+        # writes, tensor results
+        self.plain = not (
+            lowering.random
+            or lowering.writes
+            or self.returns_list
+            or self.returns_python
+            or any(sig.kinds[i] == _TENSOR_LIST for i in sig.arrays)
+        )
+        # positional arguments given -> the defaults that complete them
+        self._tails = {n: tuple(sig.defaults[n:]) for n in range(len(sig.defaults) + 1)}
 
     def _program(self, key):
         statics = key[0]
@@ -352,6 +390,8 @@ class Kernel:
                 arrays.append(_array_of(v, index, lazy))
                 has_tensors = has_tensors or isinstance(v, torch.Tensor)
         scalars = [vals[i] for i in sig.scalars]
+        if not lazy:  # (fused mode records Python numbers by value)
+            scalars = [_device_scalar(v) for v in scalars]
         statics = tuple(_static(vals[i]) for i in sig.statics)
         # NOTE: lowerings read the default dtype (factories, dtype=None) and the float32
         # matmul precision when they trace: both are part of the key
@@ -378,14 +418,73 @@ class Kernel:
         except Exception as exc:  # noqa: BLE001  (re-raised with PyTorch's message)
             raise _explain(self.op, args, kwargs, exc) from exc
         if self._traced is not None:
-            cause = metrics.describe_change(self._last_traced, self._traced)
-            self._last_traced = self._traced
-            metrics.compilation("eager", None, time.perf_counter() - start, f"{self.name}: {cause}")
+            self._note_compilation(start)
         if mode == "debug" or settings.check_nan or settings.check_numerics:
             checks.after_op(self.op, args, kwargs, out, self.lowering.random)
         return out, index
 
+    def _plain_call(self, args):
+        """The common eager call, with as little host work as possible: positional
+        arguments, every tensor a pjrt tensor on one device, a program already built for
+        the static arguments. None when anything else holds: :meth:`compute` runs."""
+        sig = self.sig
+        tail = self._tails.get(len(args))
+        if tail is None:
+            return None
+        vals = args + tail
+        index = None
+        arrays = []
+        for i in sig.arrays:
+            v = vals[i]
+            if isinstance(v, torch.Tensor):
+                device = v.device
+                if device.type != "pjrt" or (index is not None and device.index != index):
+                    return None  # CPU scalars, device errors: the general path
+                index = device.index
+                arrays.append(read(v))
+            else:  # None, or a wrapped Python number
+                arrays.append(_device_scalar(v))
+        if index is None:
+            return None
+        program = self.cache.get(
+            (
+                tuple([_static(vals[i]) for i in sig.statics]),
+                torch.get_default_dtype(),
+                torch.get_float32_matmul_precision(),
+            )
+        )
+        if program is None:
+            return None
+        scalars = [_device_scalar(vals[i]) for i in sig.scalars]
+        self._traced = None
+        start = time.perf_counter()
+        try:
+            with jax.enable_x64(True):
+                out = program(arrays, scalars, None)
+        except Exception:  # noqa: BLE001  (the general path raises PyTorch's error)
+            return None
+        metrics.op(self.name)
+        if self._traced is not None:  # new shapes: jit compiled a program
+            self._note_compilation(start)
+        if self.returns_tuple:
+            return tuple(None if a is None else wrap(a, index) for a in out)
+        return wrap(out, index)
+
+    def _note_compilation(self, start: float) -> None:
+        cause = metrics.describe_change(self._last_traced, self._traced)
+        self._last_traced = self._traced
+        metrics.compilation("eager", None, time.perf_counter() - start, f"{self.name}: {cause}")
+
     def __call__(self, *args, **kwargs):
+        if (
+            self.plain
+            and not kwargs
+            and settings.mode == "eager"
+            and not (settings.check_nan or settings.check_numerics)
+        ):
+            out = self._plain_call(args)
+            if out is not None:
+                return out
         out, index = self.compute(args, kwargs)
         writes = self.lowering.writes
         if writes:
