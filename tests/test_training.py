@@ -69,3 +69,85 @@ def test_dropout_trains_and_is_reproducible(model_cls):
     first, second = run(), run()
     assert first == second  # torch.manual_seed seeds pjrt dropout
     assert all(torch.isfinite(torch.tensor(first)))
+
+
+# --- fused optimizer steps (torch.optim.Adam/AdamW(fused=True): the HF Trainer default) ---
+
+FUSED_OPTIONS = {
+    "plain": {},
+    "amsgrad": {"amsgrad": True},
+    "maximize": {"maximize": True},
+    "weight_decay": {"weight_decay": 0.1},
+    "tensor_lr": {"lr": torch.tensor(0.02)},
+}
+
+
+def _fused_run(device, cls, options, dtype=torch.float32):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2)).to(device, dtype)
+    options = {"lr": 0.02, **options}
+    optimizer = cls(model.parameters(), fused=True, **options)
+    for i in range(4):
+        x = torch.randn(5, 4, generator=torch.Generator().manual_seed(i)).to(device, dtype)
+        model(x).pow(2).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    moments = [[s[k].cpu() for k in ("exp_avg", "exp_avg_sq")] for s in optimizer.state.values()]
+    return [p.detach().cpu() for p in model.parameters()], moments
+
+
+@pytest.mark.parametrize("mode", ["eager", "fused"])
+@pytest.mark.parametrize("option", sorted(FUSED_OPTIONS))
+@pytest.mark.parametrize("cls", [torch.optim.Adam, torch.optim.AdamW], ids=lambda c: c.__name__)
+def test_fused_adam_matches_cpu(cls, option, mode):
+    """``_fused_adam(w)_`` runs on pjrt (not the CPU fallback) and updates parameters and
+    moments as CPU PyTorch's fused kernel does."""
+    ref_params, ref_moments = _fused_run("cpu", cls, FUSED_OPTIONS[option])
+    torch_pjrt.metrics.reset()
+    with torch_pjrt.mode(mode), torch_pjrt.config(fallback="error"):
+        params, moments = _fused_run("pjrt", cls, FUSED_OPTIONS[option])
+    assert not torch_pjrt.metrics.as_dict()["fallbacks"]
+    for a, b in zip(params, ref_params):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    for a, b in zip(moments, ref_moments):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+
+
+def test_fused_adamw_in_bfloat16_and_with_amp_scale():
+    ref, _ = _fused_run("cpu", torch.optim.AdamW, {}, torch.bfloat16)
+    got, _ = _fused_run("pjrt", torch.optim.AdamW, {}, torch.bfloat16)
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a, b)  # bfloat16 tolerance: one rounding each
+
+    def step(device, found_inf):
+        p = torch.ones(3, device=device)
+        p.grad = torch.full((3,), 8.0, device=device)
+        zeros = [torch.zeros(3, device=device) for _ in range(2)]
+        torch._fused_adamw_(
+            [p], [p.grad], [zeros[0]], [zeros[1]], [], [torch.ones((), device=device)],
+            lr=0.1, beta1=0.9, beta2=0.999, weight_decay=0.0, eps=1e-8, amsgrad=False,
+            maximize=False, grad_scale=torch.tensor(4.0, device=device),
+            found_inf=torch.tensor(found_inf, device=device),
+        )  # fmt: skip
+        return p.cpu(), p.grad.cpu(), zeros[0].cpu()
+
+    for found_inf in (0.0, 1.0):  # 1: AMP found an inf, the step is skipped
+        for a, b in zip(step("pjrt", found_inf), step("cpu", found_inf)):
+            torch.testing.assert_close(a, b)
+
+
+def test_fallback_writes_back_tensor_lists():
+    """An op with no lowering that updates tensor lists in place (run on the CPU) writes
+    every element back: `_foreach_` ops' fallback used to drop list updates silently."""
+    xs = [torch.ones(3, device="pjrt"), torch.ones(2, device="pjrt")]
+    lib = torch.library.Library("pjrttest_lists", "DEF")
+    lib.define("bump_(Tensor(a!)[] xs) -> ()")
+
+    def bump_cpu(xs):
+        for x in xs:
+            x.add_(1)
+
+    lib.impl("bump_", bump_cpu, "CPU")
+    with pytest.warns(UserWarning, match="no pjrt lowering"):
+        torch.ops.pjrttest_lists.bump_(xs)
+    assert [x.cpu().tolist() for x in xs] == [[2.0] * 3, [2.0] * 2]

@@ -23,6 +23,7 @@ from torch_pjrt.ops import (  # noqa: F401  (each module registers its lowerings
     memory,  # noqa: F401  (registers the primitives)
     nn,
     nn_extra,
+    optim,
     random,
     reduction,
     registry,
@@ -98,6 +99,13 @@ def _first_pjrt_index(flat) -> int:
     return 0
 
 
+def _write_back(orig, new) -> None:
+    if isinstance(orig, torch.Tensor) and orig.device.type == "pjrt":
+        if orig.shape != new.shape:
+            orig.resize_(new.shape)
+        orig.copy_(new)
+
+
 def _cpu_fallback(op, *args, **kwargs):
     """Run an op with no lowering on the CPU: a safety net, counted and warned once."""
     if settings.fallback == "error":
@@ -118,16 +126,18 @@ def _cpu_fallback(op, *args, **kwargs):
     ]
     cpu_args, cpu_kwargs = tree_unflatten(on_cpu, spec)
     result = op(*cpu_args, **cpu_kwargs)
-    # write back every argument the op mutates
+    # write back every argument the op mutates (tensor lists element by element:
+    # _fused_adamw_, _foreach_*_)
     schema_args = op._schema.arguments
     for i, a in enumerate(schema_args):
         if a.alias_info is not None and a.alias_info.is_write:
             orig = args[i] if i < len(args) else kwargs.get(a.name)
             new = cpu_args[i] if i < len(cpu_args) else cpu_kwargs.get(a.name)
-            if isinstance(orig, torch.Tensor) and orig.device.type == "pjrt":
-                if orig.shape != new.shape:
-                    orig.resize_(new.shape)
-                orig.copy_(new)
+            if isinstance(orig, (list, tuple)):
+                for o, n in zip(orig, new):
+                    _write_back(o, n)
+            else:
+                _write_back(orig, new)
     returns = op._schema.returns
     results = result if isinstance(result, tuple) else (result,)
     out = []
