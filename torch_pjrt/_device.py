@@ -217,10 +217,11 @@ def register() -> None:
         _setup_privateuseone_for_python_backend(
             "pjrt", backend_module=DeviceModule, hook=_Hooks(), device_guard=_Guard()
         )
-        from torch_pjrt import _serialization, ops
+        from torch_pjrt import _serialization, distributed, ops
         from torch_pjrt.compile.dynamo import skip_torch_pjrt
 
         ops.install()
         _serialization.register()
         skip_torch_pjrt()
+        distributed.register()  # the torch.distributed "pjrt" backend
         _registered = True

@@ -7,6 +7,7 @@ import threading
 
 from torch_pjrt.config import settings
 from torch_pjrt.diagnostics import metrics
+from torch_pjrt.distributed import launch as _distributed_launch
 
 log = logging.getLogger("torch_pjrt")
 
@@ -114,7 +115,7 @@ def _available(platform: str) -> list:
     import jax
 
     try:
-        return list(jax.devices(platform))
+        return list(jax.local_devices(backend=platform))  # this process's, when distributed
     except RuntimeError:
         return []
 
@@ -152,6 +153,7 @@ def init(platform: str | None = None) -> str:
             wanted = _normalize(settings.platform)
         _apply_cpu_device_count()
         _apply_compilation_cache()
+        _distributed_launch.init_jax_from_env(wanted or settings.platform)  # under torchrun
         if wanted is not None:
             found = _available(wanted)
             if not found:

@@ -1,0 +1,219 @@
+"""Run under torchrun: every collective on pjrt tensors, checked against gloo on CPU.
+
+Usage: python -m torch.distributed.run --nproc_per_node N collectives_worker.py [pjrt|default]
+
+``pjrt`` calls ``init_process_group("pjrt")``; ``default`` calls a plain
+``init_process_group()`` (the pjrt device's registered backend). Inputs depend on the
+rank, so equal results mean the data really crossed processes. Prints one
+``COLLECTIVES OK`` line per rank on success.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+DTYPES = [
+    torch.float32,
+    torch.float64,
+    torch.bfloat16,
+    torch.float16,
+    torch.int32,
+    torch.int64,
+    torch.int8,
+    torch.uint8,
+]
+REDUCE = {
+    "sum": dist.ReduceOp.SUM,
+    "max": dist.ReduceOp.MAX,
+    "min": dist.ReduceOp.MIN,
+    "product": dist.ReduceOp.PRODUCT,
+}
+
+
+def sample(rank: int, dtype, shape=(4, 3)) -> torch.Tensor:
+    """Small integers (exact in every dtype, products included), different on each rank."""
+    n = 1
+    for s in shape:
+        n *= s
+    values = (torch.arange(n) * (rank + 1) + rank) % 3 + 1
+    if dtype.is_floating_point and rank % 2:
+        values = -values
+    return values.reshape(shape).to(dtype)
+
+
+def check(name: str, got: torch.Tensor, want: torch.Tensor) -> None:
+    assert got.device.type == "pjrt", (name, got.device)
+    got = got.cpu()
+    if got.dtype != want.dtype or got.shape != want.shape or not torch.equal(got, want):
+        raise AssertionError(f"{name}: pjrt gave\n{got}\ngloo gave\n{want}")
+
+
+def gloo_supports(dtype, gloo) -> bool:
+    try:
+        dist.all_reduce(torch.ones(2, dtype=dtype), group=gloo)
+        return True
+    except RuntimeError:
+        return False
+
+
+def main() -> None:
+    which = sys.argv[1] if len(sys.argv) > 1 else "pjrt"
+    start = time.perf_counter()
+    if which == "pjrt":
+        dist.init_process_group("pjrt")
+    else:
+        dist.init_process_group()
+    from torch_pjrt.distributed.backend import PjrtProcessGroup
+
+    # a plain init_process_group() records the backend name "undefined", but the pjrt
+    # device's registered backend made the group
+    assert isinstance(dist.group.WORLD, PjrtProcessGroup), type(dist.group.WORLD)
+    if which == "pjrt":
+        assert dist.get_backend() == "pjrt", dist.get_backend()
+    gloo = dist.new_group(backend="gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    import jax
+
+    assert jax.process_count() == world, jax.process_count()
+    assert len(jax.local_devices()) == 1 and len(jax.devices()) == world
+    dev = torch.device("pjrt")
+    tested = []
+    for dtype in DTYPES:
+        if not gloo_supports(dtype, gloo):
+            continue
+        tested.append(str(dtype).replace("torch.", ""))
+        x = sample(rank, dtype)
+
+        for name, op in REDUCE.items():
+            ref = x.clone()
+            dist.all_reduce(ref, op=op, group=gloo)
+            got = x.to(dev)
+            dist.all_reduce(got, op=op)
+            check(f"all_reduce {name} {dtype}", got, ref)
+        if dtype.is_floating_point:  # AVG: gloo has none, so its SUM / world
+            ref = x.clone()
+            dist.all_reduce(ref, group=gloo)
+            got = x.to(dev)
+            dist.all_reduce(got, op=dist.ReduceOp.AVG)
+            check(f"all_reduce avg {dtype}", got, ref / world)
+
+        ref = x.clone()
+        dist.broadcast(ref, src=world - 1, group=gloo)
+        got = x.to(dev)
+        dist.broadcast(got, src=world - 1)
+        check(f"broadcast {dtype}", got, ref)
+
+        refs = [torch.empty_like(x) for _ in range(world)]
+        dist.all_gather(refs, x, group=gloo)
+        gots = [torch.empty_like(x, device=dev) for _ in range(world)]
+        dist.all_gather(gots, x.to(dev))
+        for i in range(world):
+            check(f"all_gather[{i}] {dtype}", gots[i], refs[i])
+
+        ref = x.clone()
+        dist.reduce(ref, dst=world - 1, op=dist.ReduceOp.MAX, group=gloo)
+        got = x.to(dev)
+        dist.reduce(got, dst=world - 1, op=dist.ReduceOp.MAX)
+        if rank == world - 1:
+            check(f"reduce {dtype}", got, ref)
+
+        refs = [torch.empty_like(x) for _ in range(world)] if rank == 0 else None
+        dist.gather(x, refs, dst=0, group=gloo)
+        gots = [torch.empty_like(x, device=dev) for _ in range(world)] if rank == 0 else None
+        dist.gather(x.to(dev), gots, dst=0)
+        if rank == 0:
+            for i in range(world):
+                check(f"gather[{i}] {dtype}", gots[i], refs[i])
+
+        ref = torch.empty((world * 4, 3), dtype=dtype)
+        dist.all_gather_into_tensor(ref, x, group=gloo)
+        got = torch.empty((world * 4, 3), dtype=dtype, device=dev)
+        dist.all_gather_into_tensor(got, x.to(dev))
+        check(f"all_gather_into_tensor {dtype}", got, ref)
+
+        big = sample(rank, dtype, (world * 2, 3))
+        ref = torch.empty((2, 3), dtype=dtype)
+        got = torch.empty((2, 3), dtype=dtype, device=dev)
+        try:
+            dist.reduce_scatter_tensor(ref, big, group=gloo)
+        except (RuntimeError, ValueError):  # gloo without reduce_scatter: sum, then a slice
+            full = big.clone()
+            dist.all_reduce(full, group=gloo)
+            ref = full[rank * 2 : rank * 2 + 2]
+        dist.reduce_scatter_tensor(got, big.to(dev))
+        check(f"reduce_scatter_tensor {dtype}", got, ref)
+
+        ref = torch.empty_like(big)
+        dist.all_to_all_single(ref, big, group=gloo)
+        got = torch.empty_like(big, device=dev)
+        dist.all_to_all_single(got, big.to(dev))
+        check(f"all_to_all_single {dtype}", got, ref)
+
+        # async handles
+        got = x.to(dev)
+        work = dist.all_reduce(got, async_op=True)
+        assert work.wait()
+        ref = x.clone()
+        dist.all_reduce(ref, group=gloo)
+        check(f"async all_reduce {dtype}", got, ref)
+
+        # send/recv in a ring (isend and irecv posted before waiting)
+        out = torch.empty_like(x, device=dev)
+        recv = dist.irecv(out, src=(rank - 1) % world)
+        send = dist.isend(x.to(dev), dst=(rank + 1) % world)
+        send.wait()
+        recv.wait()
+        check(f"send/recv {dtype}", out, sample((rank - 1) % world, dtype))
+        if rank == 0:
+            dist.send(x.to(dev), dst=world - 1)
+        elif rank == world - 1:
+            out = torch.empty_like(x, device=dev)
+            dist.recv(out, src=0)
+            check(f"blocking recv {dtype}", out, sample(0, dtype))
+
+    # errors in PyTorch's style
+    for call, words in (
+        (
+            lambda: dist.all_reduce(
+                torch.ones(2, dtype=torch.int32, device=dev), op=dist.ReduceOp.AVG
+            ),
+            "ReduceOp.AVG",
+        ),
+        (
+            lambda: dist.all_to_all_single(
+                torch.empty(world + 1, device=dev), torch.ones(world + 1, device=dev)
+            ),
+            "equal splits",
+        ),
+    ):
+        try:
+            call()
+        except RuntimeError as exc:
+            assert words in str(exc), exc
+        else:
+            raise AssertionError(f"no error ({words})")
+
+    dist.barrier()
+    work = dist.barrier(async_op=True)
+    work.wait()
+    # CPU tensors through the pjrt group go to its gloo group
+    c = torch.full((3,), float(rank + 1))
+    dist.all_reduce(c)
+    assert torch.equal(c, torch.full((3,), float(world * (world + 1) // 2))), c
+    seconds = time.perf_counter() - start
+    print(
+        f"COLLECTIVES OK rank={rank} world={world} init={which} dtypes={','.join(tested)} "
+        f"seconds={seconds:.1f}",
+        flush=True,
+    )
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    main()

@@ -1,0 +1,120 @@
+"""torch.distributed's ``pjrt`` backend: collectives across real processes (torchrun).
+
+The worker (tests/distributed_scripts/collectives_worker.py) runs every collective on
+pjrt tensors and the same one with gloo on CPU tensors, and compares. Each process is
+one JAX process with one CPU device; JAX's gloo collectives carry the data between them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+WORKER = Path(__file__).parent / "distributed_scripts" / "collectives_worker.py"
+
+
+def _free_port_pair() -> int:
+    """A port p with p and p + 1 free (torch's store, JAX's coordinator)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port >= 65535:
+            continue
+        try:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", port + 1))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no free port pair")
+
+
+def _child_env() -> dict:
+    env = dict(os.environ)
+    env["JAX_PLATFORMS"] = "cpu"
+    env["PJRT_DEVICE"] = "CPU"
+    # one CPU device per process: conftest's forced device count must not leak in
+    flags = [f for f in env.get("XLA_FLAGS", "").split() if "device_count" not in f]
+    env["XLA_FLAGS"] = " ".join(flags)
+    env.pop("TORCH_PJRT_CPU_DEVICES", None)
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)
+    return env
+
+
+def _torchrun(nproc: int, init: str, timeout: float = 300) -> list[str]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        str(nproc),
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(_free_port_pair()),
+        str(WORKER),
+        init,
+    ]
+    done = subprocess.run(cmd, env=_child_env(), capture_output=True, text=True, timeout=timeout)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-6000:]
+    # the ranks share one pipe: their lines may run together
+    found = re.findall(r"COLLECTIVES OK rank=(\d+) world=(\d+) init=(\w+) dtypes=([\w,]+)", output)
+    assert sorted(int(rank) for rank, *_ in found) == list(range(nproc)), output[-6000:]
+    for _, world, how, dtypes in found:
+        assert (int(world), how) == (nproc, init)
+        assert dtypes == "float32,float64,bfloat16,float16,int32,int64,int8,uint8"
+    return found
+
+
+def test_collectives_two_processes():
+    _torchrun(2, "pjrt")
+
+
+def test_plain_init_process_group_picks_pjrt():
+    _torchrun(2, "default")
+
+
+@pytest.mark.slow
+def test_collectives_four_processes():
+    _torchrun(4, "pjrt")
+
+
+def test_backend_registered_for_the_device():
+    assert "pjrt" in dist.Backend.backend_list
+    assert dist.Backend.default_device_backend_map["pjrt"] == "pjrt"
+
+
+def test_single_process_group_and_errors():
+    """World size 1 in this process (no torchrun: JAX is not multi-process)."""
+    from torch_pjrt.distributed.backend import PjrtProcessGroup
+
+    dist.init_process_group("pjrt", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        assert isinstance(dist.group.WORLD, PjrtProcessGroup)
+        x = torch.arange(6, dtype=torch.float32, device="pjrt").reshape(2, 3)
+        dist.all_reduce(x, op=dist.ReduceOp.MAX)
+        assert torch.equal(x.cpu(), torch.arange(6.0).reshape(2, 3))
+        out = torch.empty(2, 3, device="pjrt")
+        dist.all_gather_into_tensor(out, x)
+        assert torch.equal(out.cpu(), x.cpu())
+        with pytest.raises(RuntimeError, match="ReduceOp.AVG needs a floating point"):
+            dist.all_reduce(torch.ones(3, dtype=torch.int64, device="pjrt"), op=dist.ReduceOp.AVG)
+        with pytest.raises(RuntimeError, match="does not support ReduceOp.PREMUL_SUM"):
+            dist.all_reduce(x, op=dist._make_nccl_premul_sum(2.0))
+        with pytest.raises(RuntimeError, match="all be pjrt tensors or all CPU"):
+            dist.all_gather_into_tensor(torch.empty(2, 3), x)
+        with pytest.raises(RuntimeError, match="does not support dtype torch.complex64"):
+            PjrtProcessGroup._check("all_reduce", [torch.ones(2, dtype=torch.complex64)])
+    finally:
+        dist.destroy_process_group()

@@ -1,0 +1,105 @@
+"""Collectives on JAX arrays across processes: one jitted ``shard_map`` program each.
+
+Every rank of a group contributes its local array (on its own JAX device). The arrays
+become one global array over a 1-D mesh (axis ``"r"``, one device per rank, in group
+rank order), stacked on a new leading axis: rank i's block is ``global[i]``. A jitted
+``shard_map`` runs the ``lax`` collective, and each rank takes back its own block of
+the result (again with a leading axis of 1). Programs are cached per (operation, mesh
+devices, shape, dtype, options).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+__all__ = ["run"]
+
+_AXIS = "r"
+
+
+def _reduce(kind: str, x, n: int):
+    """Reduce ``x`` across the mesh axis (the result is the same on every rank)."""
+    if kind == "sum":
+        return lax.psum(x, _AXIS)
+    if kind == "avg":
+        return (lax.psum(x, _AXIS) / n).astype(x.dtype)
+    if kind == "max":
+        return lax.pmax(x, _AXIS)
+    if kind == "min":
+        return lax.pmin(x, _AXIS)
+    gathered = lax.all_gather(x, _AXIS, axis=0, tiled=False)  # (n, *x.shape)
+    if kind == "product":
+        return jnp.prod(gathered, axis=0, dtype=x.dtype)
+    if kind == "band":
+        return functools.reduce(jnp.bitwise_and, [gathered[i] for i in range(n)])
+    if kind == "bor":
+        return functools.reduce(jnp.bitwise_or, [gathered[i] for i in range(n)])
+    if kind == "bxor":
+        return functools.reduce(jnp.bitwise_xor, [gathered[i] for i in range(n)])
+    raise AssertionError(kind)
+
+
+def _body(op: str, n: int, extra):
+    """The per-rank function: a block ``(1, *in_shape)`` in, ``(1, *out_shape)`` out."""
+    if op == "all_reduce":
+        return lambda x: _reduce(extra, x, n)
+    if op == "broadcast":  # extra: the root's group rank
+        return lambda x: lax.all_gather(x, _AXIS, axis=0, tiled=True)[extra][None]
+    if op == "all_gather":  # extra: the output's local shape
+        return lambda x: lax.all_gather(x[0], _AXIS, axis=0, tiled=False).reshape(extra)[None]
+
+    if op == "reduce_scatter":  # extra: (reduction, output's local shape)
+        kind, out_shape = extra
+
+        def reduce_scatter(x):
+            chunks = x.reshape((n, *out_shape))
+            if kind in ("sum", "avg"):
+                out = lax.psum_scatter(chunks, _AXIS, scatter_dimension=0, tiled=False)
+                if kind == "avg":
+                    out = (out / n).astype(x.dtype)
+            else:
+                out = _reduce(kind, chunks, n)[lax.axis_index(_AXIS)]
+            return out[None]
+
+        return reduce_scatter
+
+    if op == "all_to_all":  # extra: the input's local shape, equal splits of dim 0
+
+        def all_to_all(x):
+            chunks = x.reshape((n, -1))
+            out = lax.all_to_all(chunks, _AXIS, split_axis=0, concat_axis=0, tiled=False)
+            return out.reshape(x.shape)
+
+        return all_to_all
+    raise AssertionError(op)
+
+
+@functools.lru_cache(maxsize=1024)
+def _program(op: str, devices: tuple, shape: tuple, dtype, extra):
+    n = len(devices)
+    mesh = Mesh(np.array(devices, dtype=object), (_AXIS,))
+    body = jax.shard_map(_body(op, n, extra), mesh=mesh, in_specs=P(_AXIS), out_specs=P(_AXIS))
+    sharding = NamedSharding(mesh, P(_AXIS))
+    return jax.jit(body, in_shardings=sharding, out_shardings=sharding), sharding
+
+
+def run(op: str, x: jax.Array, devices: tuple, extra=None) -> jax.Array:
+    """Run collective ``op`` with this rank's ``x`` (on its device, one of ``devices``);
+    returns this rank's block of the result, on the same device, without the leading axis.
+    """
+    n = len(devices)
+    shape = tuple(x.shape)
+    with jax.enable_x64(True):
+        program, sharding = _program(op, devices, shape, x.dtype, extra)
+        block = x.reshape((1, *shape))
+        global_in = jax.make_array_from_single_device_arrays((n, *shape), sharding, [block])
+        out = program(global_in)
+        local = out.addressable_data(0)
+        return local.reshape(local.shape[1:])

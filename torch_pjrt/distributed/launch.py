@@ -1,0 +1,95 @@
+"""Starting JAX's multi-controller runtime from ``torchrun``'s environment.
+
+Under ``torchrun`` (or any launcher that sets ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``
+and ``MASTER_PORT``) with ``WORLD_SIZE > 1``, each process is one JAX process:
+``jax.distributed.initialize`` runs when torch_pjrt's runtime starts (the first use of
+a pjrt device, or ``init_process_group``), before JAX creates its PJRT client, with
+
+- the coordinator at ``MASTER_ADDR:(MASTER_PORT + 1)`` (``TORCH_PJRT_COORDINATOR_PORT``
+  overrides the port; ``MASTER_PORT`` itself is torch's TCPStore),
+- ``num_processes = WORLD_SIZE`` and ``process_id = RANK``, so torch rank r is JAX
+  process r,
+- on GPU platforms with several processes per host, ``local_device_ids = [LOCAL_RANK]``:
+  each process owns one GPU. On the CPU each process has its own CPU device(s), and
+  JAX's gloo collectives carry cross-process collectives.
+
+``TORCH_PJRT_DISTRIBUTED=0`` turns this off (each process is then a separate JAX world).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+log = logging.getLogger("torch_pjrt")
+
+__all__ = ["coordinator_address", "init_jax_from_env", "torchrun_env"]
+
+_GPU_PLATFORMS = ("cuda", "gpu", "rocm")
+
+
+def torchrun_env() -> dict | None:
+    """RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT as a dict,
+    or None when this process was not started by a multi-process launcher."""
+    env = os.environ
+    try:
+        world = int(env.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return None
+    if world <= 1 or "RANK" not in env or "MASTER_ADDR" not in env or "MASTER_PORT" not in env:
+        return None
+    return {
+        "rank": int(env["RANK"]),
+        "world_size": world,
+        "local_rank": int(env.get("LOCAL_RANK", "0")),
+        "local_world_size": int(env.get("LOCAL_WORLD_SIZE", "1")),
+        "master_addr": env["MASTER_ADDR"],
+        "master_port": int(env["MASTER_PORT"]),
+    }
+
+
+def coordinator_address(env: dict) -> str:
+    """Where JAX's coordination service listens: MASTER_ADDR, port MASTER_PORT + 1."""
+    port = os.environ.get("TORCH_PJRT_COORDINATOR_PORT")
+    port = int(port) if port else env["master_port"] + 1
+    host = env["master_addr"]
+    if ":" in host and not host.startswith("["):  # an IPv6 address
+        host = f"[{host}]"
+    return f"{host}:{port}"
+
+
+def init_jax_from_env(platform: str | None = None) -> bool:
+    """Initialize ``jax.distributed`` from torchrun's environment when it applies.
+
+    Called by the runtime before JAX's backends start; does nothing in a single process,
+    when ``TORCH_PJRT_DISTRIBUTED=0``, or when JAX's distributed runtime is already up
+    (a user who called ``jax.distributed.initialize`` themselves keeps their settings).
+    Returns whether this call initialized it.
+    """
+    if os.environ.get("TORCH_PJRT_DISTRIBUTED", "1").strip().lower() in ("0", "false", "off"):
+        return False
+    env = torchrun_env()
+    if env is None:
+        return False
+    import jax
+
+    if jax.distributed.is_initialized():
+        return False
+    local_ids = None
+    if (platform or "").lower() in _GPU_PLATFORMS and env["local_world_size"] > 1:
+        local_ids = [env["local_rank"]]
+    address = coordinator_address(env)
+    log.info(
+        "torch_pjrt: jax.distributed.initialize(%s, num_processes=%d, process_id=%d)",
+        address,
+        env["world_size"],
+        env["rank"],
+    )
+    jax.distributed.initialize(
+        coordinator_address=address,
+        num_processes=env["world_size"],
+        process_id=env["rank"],
+        local_device_ids=local_ids,
+        cluster_detection_method="deactivate",
+    )
+    return True
