@@ -18,7 +18,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
-WORKER = Path(__file__).parent / "distributed_scripts" / "collectives_worker.py"
+SCRIPTS = Path(__file__).parent / "distributed_scripts"
+WORKER = SCRIPTS / "collectives_worker.py"
+DDP_WORKER = SCRIPTS / "ddp_worker.py"
+FUNCTIONAL_WORKER = SCRIPTS / "functional_worker.py"
 
 
 def _free_port_pair() -> int:
@@ -51,7 +54,8 @@ def _child_env() -> dict:
     return env
 
 
-def _torchrun(nproc: int, init: str, timeout: float = 300) -> list[str]:
+def _launch(nproc: int, script: Path, *args: str, timeout: float = 300) -> str:
+    """Run ``script`` under ``python -m torch.distributed.run``; its output (checked rc 0)."""
     cmd = [
         sys.executable,
         "-m",
@@ -62,12 +66,17 @@ def _torchrun(nproc: int, init: str, timeout: float = 300) -> list[str]:
         "127.0.0.1",
         "--master_port",
         str(_free_port_pair()),
-        str(WORKER),
-        init,
+        str(script),
+        *args,
     ]
     done = subprocess.run(cmd, env=_child_env(), capture_output=True, text=True, timeout=timeout)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-6000:]
+    return output
+
+
+def _torchrun(nproc: int, init: str, timeout: float = 300) -> list[str]:
+    output = _launch(nproc, WORKER, init, timeout=timeout)
     # the ranks share one pipe: their lines may run together
     found = re.findall(r"COLLECTIVES OK rank=(\d+) world=(\d+) init=(\w+) dtypes=([\w,]+)", output)
     assert sorted(int(rank) for rank, *_ in found) == list(range(nproc)), output[-6000:]
@@ -75,6 +84,23 @@ def _torchrun(nproc: int, init: str, timeout: float = 300) -> list[str]:
         assert (int(world), how) == (nproc, init)
         assert dtypes == "float32,float64,bfloat16,float16,int32,int64,int8,uint8"
     return found
+
+
+def _ddp(nproc: int, cases: list[str], timeout: float = 600) -> None:
+    """DDP on pjrt vs. single-process CPU training (the worker checks 1e-4 itself)."""
+    output = _launch(nproc, DDP_WORKER, ",".join(cases), timeout=timeout)
+    found = re.findall(r"DDP OK case=(\w+) rank=(\d+) world=(\d+) loss_diff=(\S+)", output)
+    want = sorted((case, rank) for case in cases for rank in range(nproc))
+    assert sorted((case, int(rank)) for case, rank, *_ in found) == want, output[-6000:]
+    for _, _, world, loss_diff in found:
+        assert int(world) == nproc and float(loss_diff) <= 1e-4
+
+
+def _functional(nproc: int) -> None:
+    output = _launch(nproc, FUNCTIONAL_WORKER)
+    found = re.findall(r"FUNCTIONAL OK rank=(\d+) world=(\d+) checks=(\d+)", output)
+    assert sorted(int(rank) for rank, *_ in found) == list(range(nproc)), output[-6000:]
+    assert all(int(world) == nproc and int(checks) >= 60 for _, world, checks in found)
 
 
 def test_collectives_two_processes():
@@ -88,6 +114,32 @@ def test_plain_init_process_group_picks_pjrt():
 @pytest.mark.slow
 def test_collectives_four_processes():
     _torchrun(4, "pjrt")
+
+
+def test_ddp_two_processes():
+    """An MLP with AdamW: two gradient buckets per step, gradients as bucket views."""
+    _ddp(2, ["mlp_adamw_bucket_view"])
+
+
+@pytest.mark.slow
+def test_ddp_llama_two_processes():
+    """SGD (one and two buckets); a small Llama-style model with AdamW, DDP's own
+    allreduce and a comm hook."""
+    _ddp(2, ["mlp_sgd", "mlp_sgd_buckets", "llama_adamw", "llama_adamw_hook"])
+
+
+@pytest.mark.slow
+def test_ddp_four_processes():
+    _ddp(4, ["mlp_sgd", "mlp_sgd_buckets", "mlp_adamw_bucket_view", "llama_adamw"])
+
+
+def test_functional_collectives_two_processes():
+    _functional(2)
+
+
+@pytest.mark.slow
+def test_functional_collectives_four_processes():
+    _functional(4)
 
 
 def test_backend_registered_for_the_device():
@@ -108,6 +160,16 @@ def test_single_process_group_and_errors():
         out = torch.empty(2, 3, device="pjrt")
         dist.all_gather_into_tensor(out, x)
         assert torch.equal(out.cpu(), x.cpu())
+        # functional collectives find the group by its name
+        import torch.distributed._functional_collectives as fc
+
+        assert dist.group.WORLD.group_name
+        y = fc.wait_tensor(fc.all_reduce(x, "max", dist.group.WORLD))
+        assert y.device.type == "pjrt" and torch.equal(y.cpu(), x.cpu())
+        y = fc.wait_tensor(fc.all_gather_tensor(x, 1, dist.group.WORLD))
+        assert torch.equal(y.cpu(), x.cpu())
+        with pytest.raises(RuntimeError, match="group_size=2 for a group of 1"):
+            torch.ops._c10d_functional.all_gather_into_tensor(x, 2, dist.group.WORLD.group_name)
         with pytest.raises(RuntimeError, match="ReduceOp.AVG needs a floating point"):
             dist.all_reduce(torch.ones(3, dtype=torch.int64, device="pjrt"), op=dist.ReduceOp.AVG)
         with pytest.raises(RuntimeError, match="does not support ReduceOp.PREMUL_SUM"):

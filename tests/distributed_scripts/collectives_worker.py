@@ -130,6 +130,13 @@ def main() -> None:
             for i in range(world):
                 check(f"gather[{i}] {dtype}", gots[i], refs[i])
 
+        chunks = [sample(rank + i, dtype) for i in range(world)] if rank == 1 else None
+        ref = torch.empty_like(x)
+        dist.scatter(ref, chunks, src=1, group=gloo)
+        got = torch.empty_like(x, device=dev)
+        dist.scatter(got, [c.to(dev) for c in chunks] if chunks else None, src=1)
+        check(f"scatter {dtype}", got, ref)
+
         ref = torch.empty((world * 4, 3), dtype=dtype)
         dist.all_gather_into_tensor(ref, x, group=gloo)
         got = torch.empty((world * 4, 3), dtype=dtype, device=dev)

@@ -1,6 +1,6 @@
 """Run under torchrun: DistributedDataParallel on pjrt against single-process training.
 
-Usage: python -m torch.distributed.run --nproc_per_node N ddp_worker.py
+Usage: python -m torch.distributed.run --nproc_per_node N ddp_worker.py [CASE,CASE,...]
 
 Every rank builds the same models from a seed and trains them for ``STEPS`` steps with
 ``DistributedDataParallel`` over the pjrt process group, each rank on its own shard of a
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import os
+import sys
 import time
 
 import torch
@@ -129,6 +130,13 @@ CASES = {
         {"bucket_cap_mb": 0.002},
         None,
     ),
+    # gradients are views into the flat buckets that allreduce writes
+    "mlp_adamw_bucket_view": (
+        mlp_case,
+        lambda p: torch.optim.AdamW(p, lr=1e-2),
+        {"gradient_as_bucket_view": True, "bucket_cap_mb": 0.002},
+        None,
+    ),
     "llama_adamw": (llama_case, lambda p: torch.optim.AdamW(p, lr=3e-3), {}, None),
     # a comm hook: the gradients go through dist.all_reduce(async_op=True).get_future()
     "llama_adamw_hook": (
@@ -166,11 +174,12 @@ def run_case(name: str, rank: int, world: int, dev) -> tuple[float, float, float
     if hook is not None:
         ddp.register_comm_hook(None, hook)
     opt = make_opt(ddp.parameters())
+    buckets = None
     local = tuple(t.to(dev) for t in shard(batch, rank, world))
 
     start = time.perf_counter()
     loss_diff = 0.0
-    for _ in range(STEPS):
+    for step in range(STEPS):
         opt.zero_grad()
         loss = loss_fn(ddp, local)
         loss.backward()
@@ -183,6 +192,10 @@ def run_case(name: str, rank: int, world: int, dev) -> tuple[float, float, float
         ref_loss.backward()
         ref_opt.step()
         loss_diff = max(loss_diff, abs(mean.item() - ref_loss.item()))
+        if step == 1:  # DDP rebuilds its buckets in the second step's forward
+            buckets = len(ddp.reducer._get_zeros_like_grad_buckets())
+            if "bucket_cap_mb" in ddp_kwargs and buckets < 2:
+                raise AssertionError(f"{name}: expected several gradient buckets, got {buckets}")
     seconds = time.perf_counter() - start
 
     param_diff = 0.0
@@ -196,18 +209,19 @@ def run_case(name: str, rank: int, world: int, dev) -> tuple[float, float, float
             f"{name}: DDP on pjrt differs from single-process training: losses by "
             f"{loss_diff:.3g}, parameters by {param_diff:.3g}"
         )
-    return loss_diff, param_diff, seconds
+    return loss_diff, param_diff, seconds, buckets
 
 
 def main() -> None:
     dist.init_process_group("pjrt")
     rank, world = dist.get_rank(), dist.get_world_size()
     dev = torch.device("pjrt")
-    for name in CASES:
-        loss_diff, param_diff, seconds = run_case(name, rank, world, dev)
+    names = sys.argv[1].split(",") if len(sys.argv) > 1 else list(CASES)
+    for name in names:
+        loss_diff, param_diff, seconds, buckets = run_case(name, rank, world, dev)
         print(
             f"DDP OK case={name} rank={rank} world={world} loss_diff={loss_diff:.2e} "
-            f"param_diff={param_diff:.2e} seconds={seconds:.1f}",
+            f"param_diff={param_diff:.2e} buckets={buckets} seconds={seconds:.1f}",
             flush=True,
         )
     dist.destroy_process_group()

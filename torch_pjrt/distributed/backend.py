@@ -270,6 +270,29 @@ class PjrtProcessGroup(dist.ProcessGroup):
                 pjrt_tensor.write(o, gathered[i])
         return _done(output_tensors)
 
+    def scatter(self, output_tensors, input_tensors, opts=None):
+        """A broadcast of the root's stacked inputs; each rank keeps its own block."""
+        opts = dist.ScatterOptions() if opts is None else opts
+        inputs = [t for ts in input_tensors for t in ts]
+        if not self._is_pjrt([*output_tensors, *inputs]):
+            return self._gloo.scatter(output_tensors, input_tensors, opts)
+        out = self._one("scatter", output_tensors)
+        n, root = self.size(), int(opts.rootRank)
+        self._check("scatter", [out])
+        if self.rank() == root:
+            if len(inputs) != n or any(
+                i.shape != out.shape or i.dtype != out.dtype for i in inputs
+            ):
+                raise RuntimeError(
+                    f"pjrt process group: scatter needs {n} input tensors of the output's "
+                    "shape and dtype on the source rank"
+                )
+            stacked = torch.stack(inputs)
+        else:
+            stacked = out.new_zeros((n, *out.shape))
+        pjrt_tensor.write(out, self._run("broadcast", stacked, root)[self.rank()])
+        return _done(output_tensors)
+
     def broadcast(self, tensors, opts=None):
         opts = dist.BroadcastOptions() if opts is None else opts
         if not self._is_pjrt(tensors):
