@@ -4,9 +4,10 @@
     torch-pjrt doctor --json           # the same, machine-readable
     torch-pjrt doctor --platform tpu   # check one platform (exits 1 when it is missing)
     python -m torch_pjrt.cli doctor    # without the installed entry point
+    torch-pjrt run [--platform P] [--mode M] [--cuda-compat] [--receipt FILE] script.py args...
 
-``main(argv)`` returns the exit status: 0 when every check passed, 1 when one failed,
-2 for a usage error.
+``main(argv)`` returns the exit status: for ``doctor``, 0 when every check passed, 1 when
+one failed; for ``run``, the script's exit status (1 when it raised); 2 for a usage error.
 """
 
 from __future__ import annotations
@@ -295,7 +296,95 @@ def _parser() -> argparse.ArgumentParser:
         help="platform to use: tpu, cuda, rocm, gpu, neuron, metal, cpu (default: "
         "PJRT_DEVICE, else the first one found)",
     )
+    run = sub.add_parser(
+        "run",
+        help="run a script on pjrt (with --cuda-compat: CUDA calls mapped at run time)",
+        description="Run a Python script as __main__ with torch_pjrt set up. With "
+        "--cuda-compat, torch.cuda calls, 'cuda' devices, CUDA autocast and GradScaler, "
+        "cudnn flags and the nccl backend are mapped to pjrt at run time (no file changes), "
+        "and a receipt of the mapped calls is printed to stderr at the end. "
+        "Exits with the script's status.",
+    )
+    run.add_argument("--platform", metavar="P", default=None, help="PJRT platform (as for doctor)")
+    run.add_argument(
+        "--mode",
+        metavar="M",
+        choices=("eager", "fused", "debug"),
+        default=None,
+        help="execution mode: eager, fused or debug (default: TORCH_PJRT_MODE, else fused)",
+    )
+    run.add_argument(
+        "--cuda-compat", action="store_true", help="map CUDA-only calls to pjrt at run time"
+    )
+    run.add_argument(
+        "--receipt", metavar="FILE", default=None, help="also write the receipt as JSON"
+    )
+    run.add_argument("script", help="the Python script to run")
+    run.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
     return ap
+
+
+def run_script(
+    script: str,
+    args: list[str],
+    *,
+    platform: str | None = None,
+    mode: str | None = None,
+    cuda_compat: bool = False,
+    receipt: str | None = None,
+) -> int:
+    """``torch-pjrt run``: run ``script`` as ``__main__``; returns its exit status."""
+    import runpy
+    import traceback
+
+    if not os.path.isfile(script):
+        print(f"torch-pjrt run: no such script: {script}", file=sys.stderr)
+        return 2
+    import torch_pjrt
+
+    try:
+        torch_pjrt.init(platform=platform)
+    except torch_pjrt.PlatformError as exc:
+        print(f"torch-pjrt run: {exc}", file=sys.stderr)
+        return 1
+    if mode is not None:
+        torch_pjrt.set_mode(mode)
+    compat = None
+    if cuda_compat:
+        from torch_pjrt import cuda_compat as compat
+
+        compat.install(report_at_exit=False)
+    old_argv, old_path0 = sys.argv, sys.path[0] if sys.path else None
+    sys.argv = [script, *args]
+    script_dir = os.path.dirname(os.path.abspath(script))
+    if sys.path:
+        sys.path[0] = script_dir
+    else:
+        sys.path.insert(0, script_dir)
+    status = 0
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exc:
+        if exc.code is None:
+            status = 0
+        elif isinstance(exc.code, int):
+            status = exc.code
+        else:
+            print(exc.code, file=sys.stderr)
+            status = 1
+    except BaseException:  # noqa: BLE001  (the script's error, reported as python would)
+        traceback.print_exc()
+        status = 1
+    finally:
+        sys.argv = old_argv
+        if old_path0 is not None:
+            sys.path[0] = old_path0
+        sys.stdout.flush()
+        if compat is not None:
+            print(compat.receipt().format(), file=sys.stderr)
+            if receipt:
+                compat.receipt().write_json(receipt)
+    return status
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -305,6 +394,15 @@ def main(argv: list[str] | None = None) -> int:
         args = ap.parse_args(argv)
     except SystemExit as exc:  # --help, or a usage error
         return exc.code if isinstance(exc.code, int) else 2
+    if args.command == "run":
+        return run_script(
+            args.script,
+            list(args.args),  # verbatim, "--" included: they are the script's
+            platform=args.platform,
+            mode=args.mode,
+            cuda_compat=args.cuda_compat,
+            receipt=args.receipt,
+        )
     if args.command != "doctor":
         ap.print_help()
         return 2
