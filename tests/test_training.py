@@ -151,3 +151,34 @@ def test_fallback_writes_back_tensor_lists():
     with pytest.warns(UserWarning, match="no pjrt lowering"):
         torch.ops.pjrttest_lists.bump_(xs)
     assert [x.cpu().tolist() for x in xs] == [[2.0] * 3, [2.0] * 2]
+
+
+@pytest.mark.parametrize("mode", ["eager", "fused"])
+def test_grad_scaler_matches_cpu(mode):
+    """torch.amp.GradScaler's two ops run on pjrt: unscale with the inf check, and the
+    scale update (backoff after an inf step, growth after growth_interval clean steps)."""
+
+    def run(device):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 2).to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        scaler = torch.amp.GradScaler(device, init_scale=2.0**8, growth_interval=2)
+        scales = []
+        for i in range(6):
+            x = torch.randn(3, 4, generator=torch.Generator().manual_seed(i)).to(device)
+            if i == 2:
+                x = x * float("inf")  # an overflowing step: skipped, scale backs off
+            scaler.scale(model(x).pow(2).sum()).backward()
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+            scales.append(scaler.get_scale())
+        return scales, [p.detach().cpu() for p in model.parameters()]
+
+    ref_scales, ref_params = run("cpu")
+    torch_pjrt.metrics.reset()
+    with torch_pjrt.mode(mode), torch_pjrt.config(fallback="error"):
+        scales, params = run("pjrt")
+    assert scales == ref_scales and len(set(scales)) > 1
+    for a, b in zip(params, ref_params):
+        torch.testing.assert_close(a, b)

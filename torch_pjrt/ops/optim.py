@@ -1,4 +1,5 @@
-"""Fused optimizer steps: ``torch.optim.Adam`` / ``AdamW`` with ``fused=True``.
+"""Fused optimizer steps (``torch.optim.Adam`` / ``AdamW`` with ``fused=True``) and the
+two ops of ``torch.amp.GradScaler`` (unscale with an inf check, scale update).
 
 The Hugging Face Trainer's default optimizer (``adamw_torch_fused``) calls
 ``_fused_adamw_``: one op updating every parameter, gradient and moment in place. Here it
@@ -123,7 +124,7 @@ def _fused_adam(decoupled: bool):
         if amsgrad:
             lists.append(("max_exp_avg_sqs", max_exp_avg_sqs))
         _check(name, params, *lists)
-        get = read_lazy if settings.mode == "fused" else read
+        get = _getter()
 
         def arrays(tensors):
             return [get(t) for t in tensors]
@@ -157,11 +158,82 @@ def _fused_adam(decoupled: bool):
         targets.append(max_exp_avg_sqs if amsgrad else [])
         for tensors, values in zip(targets, new):
             for t, value in zip(tensors, values):
-                if not replace(t, value):
-                    write(t, value)
+                _store(t, value)
         return None
 
     return kernel
+
+
+def _store(t: torch.Tensor, value) -> None:
+    if not replace(t, value):
+        write(t, value)
+
+
+def _getter():
+    return read_lazy if settings.mode == "fused" else read
+
+
+@functools.cache
+def _unscale_program():
+    def unscale(grads, found_inf, inv_scale):
+        bad = jnp.zeros((), bool)
+        out = []
+        for g in grads:
+            bad = bad | ~jnp.all(jnp.isfinite(g))
+            out.append((g.astype(opmath(g.dtype)) * inv_scale).astype(g.dtype))
+        return out, jnp.where(bad, jnp.ones_like(found_inf), found_inf)
+
+    return jax.jit(unscale)
+
+
+@implements(aten._amp_foreach_non_finite_check_and_unscale_.default)
+def amp_unscale_(self, found_inf, inv_scale):
+    """GradScaler's unscale: every gradient times ``inv_scale``; ``found_inf`` set to 1
+    when any gradient holds an inf or a NaN."""
+    grads = list(self)
+    if not grads:
+        return None
+    get = _getter()
+    index = found_inf.device.index or 0
+    args = ([get(g) for g in grads], get(found_inf), get(inv_scale))
+    new_grads, new_found = fused.apply(_unscale_program(), args, index, "amp_unscale")
+    for g, value in zip(grads, new_grads):
+        _store(g, value)
+    _store(found_inf, new_found)
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def _update_scale_program(growth: float, backoff: float, interval: int):
+    def update(scale, tracker, found_inf):
+        found = found_inf.astype(jnp.float32) != 0
+        successful = tracker + 1
+        grow = successful >= interval
+        grown = scale * growth
+        grown = jnp.where(jnp.isfinite(grown), grown, scale)
+        new_scale = jnp.where(found, scale * backoff, jnp.where(grow, grown, scale))
+        zero = jnp.zeros_like(tracker)
+        new_tracker = jnp.where(found | grow, zero, successful)
+        return new_scale.astype(scale.dtype), new_tracker.astype(tracker.dtype)
+
+    return jax.jit(update)
+
+
+@implements(aten._amp_update_scale_.default)
+def amp_update_scale_(
+    self, growth_tracker, found_inf, scale_growth_factor, scale_backoff_factor, growth_interval
+):
+    """GradScaler's scale update: back off after an inf, grow after ``growth_interval``
+    clean steps in a row (a grown scale that overflows is not taken)."""
+    get = _getter()
+    program = _update_scale_program(
+        float(scale_growth_factor), float(scale_backoff_factor), int(growth_interval)
+    )
+    args = (get(self), get(growth_tracker), get(found_inf))
+    scale, tracker = fused.apply(program, args, self.device.index or 0, "amp_update_scale")
+    _store(self, scale)
+    _store(growth_tracker, tracker)
+    return self
 
 
 implements(aten._fused_adamw_.default, aten._fused_adamw_.tensor_lr)(_fused_adam(True))
