@@ -16,18 +16,9 @@ import os
 import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as fc
+from collectives_worker import sample  # (the script's folder is on sys.path)
 
 DTYPES = [torch.float32, torch.bfloat16, torch.int32, torch.int64]
-
-
-def sample(rank: int, dtype, shape) -> torch.Tensor:
-    n = 1
-    for s in shape:
-        n *= s
-    values = (torch.arange(n) * (rank + 1) + rank) % 3 + 1
-    if dtype.is_floating_point and rank % 2:
-        values = -values
-    return values.reshape(shape).to(dtype)
 
 
 class Checker:
