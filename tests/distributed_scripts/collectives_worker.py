@@ -102,6 +102,13 @@ def main() -> None:
             dist.all_reduce(got, op=dist.ReduceOp.AVG)
             check(f"all_reduce avg {dtype}", got, ref / world)
 
+        refs = [x.clone(), (x * 2).clone()]
+        dist.all_reduce_coalesced(refs, op=dist.ReduceOp.MAX, group=gloo)
+        gots = [t.to(dev) for t in (x, x * 2)]
+        dist.all_reduce_coalesced(gots, op=dist.ReduceOp.MAX)
+        for i, (got, ref) in enumerate(zip(gots, refs)):
+            check(f"all_reduce_coalesced[{i}] {dtype}", got, ref)
+
         ref = x.clone()
         dist.broadcast(ref, src=world - 1, group=gloo)
         got = x.to(dev)

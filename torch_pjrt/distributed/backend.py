@@ -237,6 +237,16 @@ class PjrtProcessGroup(dist.ProcessGroup):
         pjrt_tensor.write(t, self._run("all_reduce", t, kind))
         return _done(tensors)
 
+    def allreduce_coalesced(self, tensors, opts=None):
+        """One all_reduce per tensor, the same op for all."""
+        if not self._is_pjrt(tensors):
+            return self._gloo.allreduce_coalesced(tensors, opts)
+        single = dist.AllreduceOptions()
+        single.reduceOp = ReduceOp.SUM if opts is None else opts.reduceOp
+        for t in tensors:
+            self.allreduce([t], single)
+        return _done(tensors)
+
     def reduce(self, tensors, opts=None):
         """An all_reduce whose result only the root keeps (the same program)."""
         opts = dist.ReduceOptions() if opts is None else opts
