@@ -117,7 +117,7 @@ def table(results: dict[str, tuple[str, str]]) -> tuple[list[dict], list[str]]:
 
 def _combine(results, name: str, mode: str, notes: list) -> str:
     """One cell for both caches of a decoder family in ``mode``."""
-    from tests import test_hf_generate
+    from tests import hf_families
 
     statuses = []
     for cache in ("dynamic", "static"):
@@ -127,7 +127,7 @@ def _combine(results, name: str, mode: str, notes: list) -> str:
         if outcome == "FAIL":
             notes.append(f"{cache} cache, {mode}: {(message.splitlines() or [''])[0][:120]}")
         elif outcome == "xfail":
-            notes.append(f"{cache} cache, {mode}: {test_hf_generate.XFAIL.get(case, message)}")
+            notes.append(f"{cache} cache, {mode}: {hf_families.XFAIL_GENERATE.get(case, message)}")
     if all(s == "pass" for s in statuses):
         return "pass"
     return " / ".join(f"{c}: {s}" for c, s in zip(("dynamic", "static"), statuses))

@@ -47,15 +47,6 @@ MAX_STATIC_PROGRAMS = 8  # Llama builds 2 (prefill, decode step); Mixtral 6
 # run by `make test`; every other case is slow (--exhaustive)
 FAST = {"gpt2-dynamic-eager", "llama-static-compiled"}
 
-# case id -> reason, for backend bugs not fixed yet (strict xfail: a fix makes it fail)
-XFAIL: dict[str, str] = {
-    "mistral-static-compiled": (
-        "one XLA program per token: the sliding-window static cache keeps its offset as a "
-        "Python int (StaticSlidingWindowLayer.cumulative_length_int, get_mask_sizes' "
-        "kv_offset); Dynamo makes it a symbolic int and torch_pjrt passes symbolic ints that "
-        "are not sizes to the program as static arguments"
-    ),
-}
 
 # family -> factor for the non-embedding matrices (module docstring)
 _SCALE = {"gpt2": 10.0, "gemma": 10.0, "bart": 100.0, "whisper": 30.0}
@@ -65,8 +56,9 @@ _UNTIE = {"t5"}
 
 def _marks(case: str) -> list:
     marks = [] if case in FAST else [pytest.mark.slow]
-    if case in XFAIL:
-        marks.append(pytest.mark.xfail(reason=XFAIL[case], strict=True))
+    if case in hf_families.XFAIL_GENERATE:
+        reason = hf_families.XFAIL_GENERATE[case]
+        marks.append(pytest.mark.xfail(reason=reason, strict=True))
     return marks
 
 

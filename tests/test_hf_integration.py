@@ -21,13 +21,10 @@ import torch
 import torch_pjrt
 from tests import hf_families
 
-# test name -> reason, for backend bugs not fixed yet (strict xfail: a fix makes it fail)
-XFAIL: dict[str, str] = {}
-
 
 def _xfail(test):
-    """Mark ``test`` as a strict xfail when XFAIL names it."""
-    reason = XFAIL.get(test.__name__)
+    """Mark ``test`` as a strict xfail when hf_families.XFAIL_INTEGRATION names it."""
+    reason = hf_families.XFAIL_INTEGRATION.get(test.__name__)
     return pytest.mark.xfail(strict=True, reason=reason)(test) if reason else test
 
 
