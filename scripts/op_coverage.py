@@ -53,17 +53,11 @@ from pathlib import Path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-if not (ROOT / "tests" / "__init__.py").exists():
-    sys.path.insert(0, str(ROOT / "tests"))
 
 import torch  # noqa: E402
 
-if (ROOT / "tests" / "__init__.py").exists():
-    from tests import op_expectations as E  # noqa: E402
-    from tests import test_ops as T  # noqa: E402
-else:
-    import op_expectations as E  # noqa: E402
-    import test_ops as T  # noqa: E402
+from tests import op_expectations as E  # noqa: E402
+from tests import test_ops as T  # noqa: E402
 
 DOC = ROOT / "docs" / "op_coverage.md"
 EXPECTATIONS = ROOT / "tests" / "op_expectations.py"

@@ -33,15 +33,10 @@ from torch.testing._internal.common_methods_invocations import op_db
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import torch_pjrt
+from tests.op_expectations import SHAPE_ONLY, SKIP, XFAIL
+from tests.test_ops import compare, cpu_copy, dtype_for, op_key, run_sample, samples, to_pjrt
 from torch_pjrt.compile.compiler import _decompositions as graph_decompositions
 from torch_pjrt.ops import registry
-
-if __package__:  # tests/ is a package: tests.test_core_aten
-    from .op_expectations import SHAPE_ONLY, SKIP, XFAIL
-    from .test_ops import compare, cpu_copy, dtype_for, op_key, run_sample, samples, to_pjrt
-else:  # tests/ on sys.path
-    from op_expectations import SHAPE_ONLY, SKIP, XFAIL
-    from test_ops import compare, cpu_copy, dtype_for, op_key, run_sample, samples, to_pjrt
 
 aten = torch.ops.aten
 

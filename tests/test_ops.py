@@ -54,27 +54,15 @@ from torch.testing._internal.common_device_type import precisionOverride, tolera
 from torch.testing._internal.common_methods_invocations import op_db
 
 import torch_pjrt
-
-if __package__:  # tests/ is a package: tests.test_ops
-    from .op_expectations import (
-        GRAD_TOLERANCES,
-        SHAPE_ONLY,
-        SKIP,
-        XFAIL,
-        XFAIL_EXHAUSTIVE,
-        XFAIL_GRAD,
-        XFAIL_GRAD_EXHAUSTIVE,
-    )
-else:  # tests/ on sys.path (rootdir-style, or scripts/op_coverage.py)
-    from op_expectations import (
-        GRAD_TOLERANCES,
-        SHAPE_ONLY,
-        SKIP,
-        XFAIL,
-        XFAIL_EXHAUSTIVE,
-        XFAIL_GRAD,
-        XFAIL_GRAD_EXHAUSTIVE,
-    )
+from tests.op_expectations import (
+    GRAD_TOLERANCES,
+    SHAPE_ONLY,
+    SKIP,
+    XFAIL,
+    XFAIL_EXHAUSTIVE,
+    XFAIL_GRAD,
+    XFAIL_GRAD_EXHAUSTIVE,
+)
 
 QUICK_SAMPLES = 3
 SEED = 0

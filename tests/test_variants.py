@@ -31,33 +31,18 @@ import torch
 from torch.testing._internal.common_methods_invocations import op_db
 
 import torch_pjrt
-
-if __package__:  # tests/ is a package: tests.test_variants
-    from .op_expectations import SHAPE_ONLY, SKIP, XFAIL_VARIANTS
-    from .test_ops import (
-        SampleFailure,
-        compare,
-        cpu_copy,
-        cpu_reference,
-        dtype_for,
-        op_key,
-        samples,
-        to_pjrt,
-        tolerances,
-    )
-else:  # tests/ on sys.path
-    from op_expectations import SHAPE_ONLY, SKIP, XFAIL_VARIANTS
-    from test_ops import (
-        SampleFailure,
-        compare,
-        cpu_copy,
-        cpu_reference,
-        dtype_for,
-        op_key,
-        samples,
-        to_pjrt,
-        tolerances,
-    )
+from tests.op_expectations import SHAPE_ONLY, SKIP, XFAIL_VARIANTS
+from tests.test_ops import (
+    SampleFailure,
+    compare,
+    cpu_copy,
+    cpu_reference,
+    dtype_for,
+    op_key,
+    samples,
+    to_pjrt,
+    tolerances,
+)
 
 SAMPLES = 2
 

@@ -315,6 +315,17 @@ def _static(v):
     return v
 
 
+def _program_key(vals, sig: Signature) -> tuple:
+    """The key of an op's program cache: its static arguments, and the two settings the
+    lowerings read when they trace (the default dtype, for factories with dtype=None; the
+    float32 matmul precision)."""
+    return (
+        tuple([_static(vals[i]) for i in sig.statics]),
+        torch.get_default_dtype(),
+        torch.get_float32_matmul_precision(),
+    )
+
+
 class Kernel:
     """The eager PrivateUse1 kernel of one lowered overload."""
 
@@ -392,10 +403,7 @@ class Kernel:
         scalars = [vals[i] for i in sig.scalars]
         if not lazy:  # (fused mode records Python numbers by value)
             scalars = [_device_scalar(v) for v in scalars]
-        statics = tuple(_static(vals[i]) for i in sig.statics)
-        # NOTE: lowerings read the default dtype (factories, dtype=None) and the float32
-        # matmul precision when they trace: both are part of the key
-        key = (statics, torch.get_default_dtype(), torch.get_float32_matmul_precision())
+        key = _program_key(vals, sig)
         program = self.cache.get(key)
         if program is None:
             program = self._program(key)
@@ -446,13 +454,7 @@ class Kernel:
                 arrays.append(_device_scalar(v))
         if index is None:
             return None
-        program = self.cache.get(
-            (
-                tuple([_static(vals[i]) for i in sig.statics]),
-                torch.get_default_dtype(),
-                torch.get_float32_matmul_precision(),
-            )
-        )
+        program = self.cache.get(_program_key(vals, sig))
         if program is None:
             return None
         scalars = [_device_scalar(vals[i]) for i in sig.scalars]
