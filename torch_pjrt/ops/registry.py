@@ -26,7 +26,8 @@ from torch_pjrt import runtime
 from torch_pjrt.config import settings
 from torch_pjrt.diagnostics import checks, metrics
 from torch_pjrt.modes import StrictModeError, fused
-from torch_pjrt.tensor import read, read_lazy, replace, wrap, write
+from torch_pjrt.runtime import x64
+from torch_pjrt.tensor import read, read_lazy, read_on_device, replace, wrap, write
 
 log = logging.getLogger("torch_pjrt")
 aten = torch.ops.aten
@@ -319,8 +320,9 @@ def _program_key(vals, sig: Signature) -> tuple:
     """The key of an op's program cache: its static arguments, and the two settings the
     lowerings read when they trace (the default dtype, for factories with dtype=None; the
     float32 matmul precision)."""
+    statics = sig.statics
     return (
-        tuple([_static(vals[i]) for i in sig.statics]),
+        tuple([_static(vals[i]) for i in statics]) if statics else (),
         torch.get_default_dtype(),
         torch.get_float32_matmul_precision(),
     )
@@ -445,11 +447,11 @@ class Kernel:
         for i in sig.arrays:
             v = vals[i]
             if isinstance(v, torch.Tensor):
-                device = v.device
-                if device.type != "pjrt" or (index is not None and device.index != index):
+                found = read_on_device(v) if v.layout is torch.strided else None
+                if found is None or (index is not None and found[1] != index):
                     return None  # CPU scalars, device errors: the general path
-                index = device.index
-                arrays.append(read(v))
+                array, index = found
+                arrays.append(array)
             else:  # None, or a wrapped Python number
                 arrays.append(_device_scalar(v))
         if index is None:
@@ -460,11 +462,13 @@ class Kernel:
         scalars = [_device_scalar(vals[i]) for i in sig.scalars]
         self._traced = None
         start = time.perf_counter()
+        prev = x64.on()
         try:
-            with jax.enable_x64(True):
-                out = program(arrays, scalars, None)
+            out = program(arrays, scalars, None)
         except Exception:  # noqa: BLE001  (the general path raises PyTorch's error)
             return None
+        finally:
+            x64.restore(prev)
         metrics.op(self.name)
         if self._traced is not None:  # new shapes: jit compiled a program
             self._note_compilation(start)
