@@ -466,6 +466,8 @@ def replace(t: torch.Tensor, value) -> bool:
         or t.is_neg()
     ):
         return False
+    if fused.mesh_in_use:  # SPMD: an in-place op keeps the tensor's layout
+        value = keep_layout(cell._value, value)
     cell.array = value
     return True
 
@@ -509,6 +511,8 @@ def write(t: torch.Tensor, value: jax.Array) -> None:
             cell.array = _reinterpret(new, jax_dtype(cell.dtype))
         return
     if offset == 0 and value.size == cell.size and t.is_contiguous():
+        if fused.mesh_in_use:  # SPMD: an overwrite (copy_, load_state_dict) keeps the layout
+            value = keep_layout(cell._value, value)
         cell.array = value
         return
     _check_no_overlap(t)
@@ -518,6 +522,21 @@ def write(t: torch.Tensor, value: jax.Array) -> None:
     cell.array = fused.apply(
         _scatter_fn(shape, tuple(t.stride())), (base, value, offset), cell.index, "view write"
     )
+
+
+def keep_layout(old, value):
+    """``value`` laid out as ``old`` when ``old`` is sharded over a mesh
+    (torch_pjrt.distributed.spmd): a tensor's placement outlives writes into it."""
+    if not isinstance(old, jax.Array) or old.shape != value.shape:
+        return value
+    sharding = old.sharding
+    if len(sharding.device_set) == 1:
+        return value
+    value = fused.concrete(value)
+    if value.sharding == sharding:
+        return value
+    with jax.enable_x64(True):
+        return jax.device_put(value, sharding)
 
 
 def cast_to(value, dtype: torch.dtype, shape, index: int):

@@ -27,7 +27,7 @@ from torch_pjrt.compile import buckets
 from torch_pjrt.diagnostics import metrics
 from torch_pjrt.modes import fused
 from torch_pjrt.ops.registry import Lowering, Signature, graph_lookup, lookup
-from torch_pjrt.tensor import cell_of, new_tensor, read, whole, wrap, write
+from torch_pjrt.tensor import cell_of, keep_layout, new_tensor, read, whole, wrap, write
 
 aten = torch.ops.aten
 
@@ -413,6 +413,8 @@ class GraphProgram:
                 self.plan.active = False
                 metrics.tally("graph_bucket_fallbacks", f"{self.name}: {exc}")
         donated, arrays, statics, index, kinds, cells = self.arguments(args)
+        if fused.mesh_in_use:  # SPMD (distributed/spmd.py): one-device inputs join the mesh
+            donated, arrays = _on_mesh(donated, arrays)
         # NOTE: shapes and dtypes are part of the key (JAX would retrace silently):
         # every XLA compilation is counted here, with what changed
         key = (
@@ -446,6 +448,8 @@ class GraphProgram:
         for p, value in zip(self.mutated_positions, new_values):
             cell = cells.get(p)
             if cell is not None:  # the whole storage, already checked: swap the buffer
+                if fused.mesh_in_use:  # SPMD: the input keeps its layout
+                    value = keep_layout(cell._value, value)
                 cell.array = value
             else:
                 write(args[p], value)
@@ -571,6 +575,18 @@ class GraphProgram:
         self._static_outputs[key] = record
         self._jitted[key] = jitted
         return jitted
+
+
+def _on_mesh(donated: list, arrays: list) -> tuple:
+    """The inputs with one-device arrays replicated over the mesh of a sharded input
+    (JAX cannot mix them in one program); jit then partitions the graph with GSPMD,
+    following the inputs' shardings."""
+    from torch_pjrt.distributed import spmd
+
+    aligned = spmd.align([*donated, *arrays])
+    if aligned is None:
+        return donated, arrays
+    return aligned[: len(donated)], aligned[len(donated) :]
 
 
 def _expr(x):

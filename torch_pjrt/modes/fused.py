@@ -102,6 +102,11 @@ def concrete(x, reason: str = "value needed"):
     return x
 
 
+# NOTE: set by torch_pjrt.distributed.spmd when the first mesh is made. Arrays laid out
+# over several devices are not recorded (their ops run eagerly, where jit follows their
+# shardings): a recording's program puts its outputs on the one device it belongs to.
+mesh_in_use = False
+
 _lock = threading.RLock()
 _shapes: dict = {}  # (fn, treedef, argument signatures) -> (output treedef, avals)
 _programs: dict = {}  # recording key -> jitted replay (insertion order: oldest first)
@@ -158,6 +163,8 @@ class _Graph:
                 sigs.append(leaf.aval)
             else:
                 raise Unfusable(cls.__name__)
+            if mesh_in_use and len(leaf.sharding.device_set) > 1:
+                raise Unfusable("an array sharded over a mesh")
             slot = slots.get(id(leaf))
             if slot is None:
                 slot = slots[id(leaf)] = len(inputs)
@@ -349,7 +356,20 @@ def apply(fn, args: tuple, index: int, name: str):
         except Unfusable:
             pass
     with jax.enable_x64(True):
-        return fn(*concrete(args))
+        args = concrete(args)
+        try:
+            return fn(*args)
+        except Exception:
+            if not mesh_in_use:
+                raise
+            # SPMD (torch_pjrt.distributed.spmd): a one-device value meets a sharded one
+            # (a CPU tensor copied into a slice of a sharded tensor): replicate it, retry
+            from torch_pjrt.distributed import spmd
+
+            aligned = spmd.align(list(args))
+            if aligned is None:
+                raise
+            return fn(*aligned)
 
 
 def flush_all(reason: str) -> None:

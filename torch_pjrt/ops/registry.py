@@ -426,7 +426,9 @@ class Kernel:
         except StrictModeError:
             raise
         except Exception as exc:  # noqa: BLE001  (re-raised with PyTorch's message)
-            raise _explain(self.op, args, kwargs, exc) from exc
+            out = _retry_on_mesh(program, arrays, scalars, rng)
+            if out is None:
+                raise _explain(self.op, args, kwargs, exc) from exc
         if self._traced is not None:
             self._note_compilation(start)
         if mode == "debug" or settings.check_nan or settings.check_numerics:
@@ -513,6 +515,25 @@ class Kernel:
             if target is not None and value is not None:
                 write(target, value)
         return out[:n] if n > 1 or self.returns_tuple else out[0]
+
+
+def _retry_on_mesh(program, arrays, scalars, rng):
+    """The program's result with one-device arguments replicated over the mesh of a
+    sharded one (torch_pjrt.distributed.spmd: JAX refuses to mix them, PyTorch sees one
+    device); None when no mesh is in use or nothing needed moving. Only failed calls get
+    here, so the common path pays nothing for SPMD."""
+    if not fused.mesh_in_use:
+        return None
+    from torch_pjrt.distributed import spmd
+
+    aligned = spmd.align(arrays)
+    if aligned is None:
+        return None
+    try:
+        with jax.enable_x64(True):
+            return program(aligned, scalars, rng)
+    except Exception:  # noqa: BLE001  (the caller raises the first error, explained)
+        return None
 
 
 def retarget(x, device: str, tensor: Callable):
