@@ -5,9 +5,13 @@
     torch-pjrt doctor --platform tpu   # check one platform (exits 1 when it is missing)
     python -m torch_pjrt.cli doctor    # without the installed entry point
     torch-pjrt run [--platform P] [--mode M] [--cuda-compat] [--receipt FILE] script.py args...
+    torch-pjrt migrate PATH [--apply] [--report FILE]
 
 ``main(argv)`` returns the exit status: for ``doctor``, 0 when every check passed, 1 when
-one failed; for ``run``, the script's exit status (1 when it raised); 2 for a usage error.
+one failed; for ``run``, the script's exit status (1 when it raised); for ``migrate``, 0
+when every file was analyzed (and, with ``--apply``, rewritten where needed), 1 when a
+file could not be (a syntax error, a binary or read-only file, ...); 2 for a usage error
+(``migrate``: also a PATH that does not exist).
 """
 
 from __future__ import annotations
@@ -321,7 +325,52 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("script", help="the Python script to run")
     run.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
+    mig = sub.add_parser(
+        "migrate",
+        help="find CUDA-only code and rewrite it to device-generic torch.accelerator code",
+        description="Analyze a Python file, or every *.py file under a folder, for "
+        "CUDA-only code (torch.cuda calls, 'cuda' devices, .cuda(), CUDA autocast and "
+        "GradScaler, cudnn flags, the nccl backend, CUDA-only libraries, ...) and for code "
+        "that is slow on XLA devices. Prints each finding with the proposed change and its "
+        "risk. With --apply, rewrites the files in place (atomically) to device-generic "
+        "code. Exits 1 when a file could not be analyzed or rewritten, else 0.",
+    )
+    mig.add_argument("path", metavar="PATH", help="a Python file or a folder")
+    mig.add_argument("--apply", action="store_true", help="rewrite the files in place")
+    mig.add_argument(
+        "--report",
+        metavar="FILE",
+        default=None,
+        help="also write the report to FILE: Markdown when it ends in .md, else JSON",
+    )
     return ap
+
+
+def migrate_command(path: str, *, apply: bool = False, report_file: str | None = None) -> int:
+    """``torch-pjrt migrate``: print the report; returns the exit status."""
+    from torch_pjrt import migrate
+    from torch_pjrt.migrate.report import format_text, write_report
+
+    try:
+        report = migrate.migrate(path, apply=apply)
+    except migrate.MigrateError as exc:
+        print(f"torch-pjrt migrate: {exc}", file=sys.stderr)
+        return 2
+    print(format_text(report))
+    sys.stdout.flush()
+    if report_file:
+        try:
+            write_report(report, report_file)
+        except OSError as exc:
+            print(
+                f"torch-pjrt migrate: cannot write the report to {report_file}: "
+                f"{exc.strerror or exc}",
+                file=sys.stderr,
+            )
+            return 1
+    for r in report.errors:
+        print(f"torch-pjrt migrate: {r.error}", file=sys.stderr)
+    return 1 if report.errors else 0
 
 
 def run_script(
@@ -403,6 +452,8 @@ def main(argv: list[str] | None = None) -> int:
             cuda_compat=args.cuda_compat,
             receipt=args.receipt,
         )
+    if args.command == "migrate":
+        return migrate_command(args.path, apply=args.apply, report_file=args.report)
     if args.command != "doctor":
         ap.print_help()
         return 2
