@@ -75,6 +75,54 @@ def test_memory_statistics_follow_allocations():
     assert torch.pjrt.max_memory_allocated() == torch.pjrt.memory_allocated()
 
 
+def test_streams_and_events():
+    """torch.pjrt.Stream/Event (torch_pjrt.streams): CUDA's interface over one in-order
+    queue per device; code that orders work with them gets the same values."""
+    s = torch.pjrt.Stream(priority=-1)
+    assert s == torch.pjrt.current_stream() == torch.pjrt.default_stream(0)
+    assert s.device == torch.device("pjrt:0") and s.query()
+    assert torch.pjrt.Stream("pjrt:1") != s
+    start = torch.pjrt.Event(enable_timing=True)
+    start.record()
+    x = torch.arange(6.0, device="pjrt")
+    with torch.pjrt.stream(s):
+        y = x * 2
+    s.wait_stream(torch.pjrt.current_stream())
+    done = s.record_event(torch.pjrt.Event(enable_timing=True))
+    torch.pjrt.current_stream().wait_event(done)
+    done.synchronize()
+    assert done.query() and start.elapsed_time(done) >= 0.0
+    torch.testing.assert_close(y.cpu(), torch.arange(6.0) * 2)
+    plain = torch.pjrt.Event()
+    plain.record(s)
+    with pytest.raises(RuntimeError, match="enable_timing=True"):
+        plain.elapsed_time(done)
+    with pytest.raises(RuntimeError, match="must be recorded"):
+        torch.pjrt.Event(enable_timing=True).elapsed_time(done)
+    with pytest.raises(ValueError, match="Expected a pjrt device"):
+        torch.pjrt.Stream("cpu")
+
+
+def test_storage_resize_frees_and_restores_the_buffer():
+    """FSDP2 frees its unsharded parameters with storage.resize_(0) and has them back
+    with resize_(nbytes) before writing them again."""
+    from torch_pjrt.tensor import cell_of
+
+    t = torch.ones(4, 3, device="pjrt")
+    storage = t.untyped_storage()
+    nbytes = storage.nbytes()
+    storage.resize_(0)
+    assert cell_of(t).array is None  # the device buffer is gone
+    storage.resize_(nbytes)
+    t.copy_(torch.full((4, 3), 2.0))
+    torch.testing.assert_close(t.cpu(), torch.full((4, 3), 2.0))
+    with pytest.raises(RuntimeError, match="resized to 0 bytes .* or back to its size"):
+        storage.resize_(nbytes * 2)
+    cpu = torch.ones(4).untyped_storage()  # other storages resize as before
+    cpu.resize_(8)
+    assert cpu.nbytes() == 8
+
+
 def test_manual_seed_makes_random_ops_reproducible():
     torch.manual_seed(1234)
     a = torch.rand(5, device="pjrt").cpu()

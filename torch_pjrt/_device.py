@@ -170,6 +170,15 @@ class DeviceModule:
     def empty_cache() -> None:
         return None
 
+    from torch_pjrt.streams import (
+        Event,
+        Stream,
+        current_stream,
+        default_stream,
+        set_stream,
+        stream,
+    )
+
     class device:
         """Context manager that changes the current pjrt device (as ``torch.cuda.device``)."""
 

@@ -32,10 +32,11 @@ import os
 import re
 import sys
 import threading
-import time
 
 import torch
 from torch.overrides import TorchFunctionMode
+
+from torch_pjrt import streams
 
 __all__ = ["MAPPINGS", "Receipt", "install", "installed", "receipt", "uninstall"]
 
@@ -95,8 +96,8 @@ _m("torch.cuda.empty_cache", "nothing", APPROX, "XLA frees buffers itself")
 _m("torch.cuda.is_bf16_supported", "True", EXACT)
 for _name in ("Stream", "Event", "current_stream", "default_stream", "stream", "set_stream"):
     _m(f"torch.cuda.{_name}", "synchronous stand-in", APPROX,
-       "one in-order queue per device; an event's record() synchronizes, so its "
-       "elapsed_time is host time around synchronized work")  # fmt: skip
+       "one in-order queue per device (torch.pjrt.Stream); a timing event's record() "
+       "synchronizes, so its elapsed_time is host time around synchronized work")  # fmt: skip
 _m("Tensor.record_stream", "nothing", EXACT, "one queue: nothing to record")
 _m('"cuda" device string', '"pjrt"', EXACT)
 _m('"cuda:N" device string', '"pjrt:N"', EXACT)
@@ -315,81 +316,15 @@ class _CudaDevices(TorchFunctionMode):
 # -- torch.cuda -----------------------------------------------------------------------
 
 
-class Event:
-    """``torch.cuda.Event`` stand-in: ``record()`` synchronizes and notes the time."""
-
-    def __init__(self, enable_timing=False, blocking=False, interprocess=False):
-        self.enable_timing = enable_timing
-        self._time = None
-
-    def record(self, stream=None):
-        torch.pjrt.synchronize()
-        self._time = time.perf_counter()
-
-    def synchronize(self):
-        torch.pjrt.synchronize()
-
-    def wait(self, stream=None):
-        return None
-
-    def query(self):
-        return True
-
-    def elapsed_time(self, end_event) -> float:
-        """Milliseconds between this event's record() and ``end_event``'s."""
-        if self._time is None or end_event._time is None:
-            raise RuntimeError("Both events must be recorded before elapsed_time()")
-        return (end_event._time - self._time) * 1000.0
-
-
-class Stream:
-    """``torch.cuda.Stream`` stand-in: pjrt runs each device's work in order."""
+class Stream(streams.Stream):
+    """``torch.cuda.Stream`` on pjrt (torch_pjrt.streams): cuda devices mean pjrt ones."""
 
     def __init__(self, device=None, priority=0, **kwargs):
-        self.device = _pjrt_device(device)
-        self.priority = priority
-
-    def synchronize(self):
-        torch.pjrt.synchronize(self.device)
-
-    def query(self):
-        return True
-
-    def wait_stream(self, stream):
-        return None
-
-    def wait_event(self, event):
-        return None
-
-    def record_event(self, event=None):
-        event = event or Event()
-        event.record(self)
-        return event
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-    def __eq__(self, other):
-        return isinstance(other, Stream) and other.device == self.device
-
-    def __hash__(self):
-        return hash(self.device)
+        super().__init__(_pjrt_device(device), priority)
 
 
 def _default_stream(device=None):
     return Stream(device)
-
-
-@contextlib.contextmanager
-def _stream(stream=None):
-    yield stream
-
-
-def _set_stream(stream):
-    return None
 
 
 def _memory(name):
@@ -454,8 +389,8 @@ def _cuda_targets() -> dict:
     t["is_bf16_supported"] = lambda including_emulation=True: True
     t["current_stream"] = _default_stream
     t["default_stream"] = _default_stream
-    t["stream"] = _stream
-    t["set_stream"] = _set_stream
+    t["stream"] = streams.stream
+    t["set_stream"] = streams.set_stream
     return t
 
 
@@ -636,7 +571,7 @@ def install(*, report_at_exit: bool = True) -> Receipt:
     for name, fn in targets.items():
         _patch(cuda, name, _counted(f"torch.cuda.{name}", fn))
     _patch(cuda, "device", _counted_class("torch.cuda.device", torch.pjrt.device))
-    _patch(cuda, "Event", _counted_class("torch.cuda.Event", Event))
+    _patch(cuda, "Event", _counted_class("torch.cuda.Event", streams.Event))
     _patch(cuda, "Stream", _counted_class("torch.cuda.Stream", Stream))
     # every other public torch.cuda function: counted as unsupported, called unchanged
     for name in dir(cuda):

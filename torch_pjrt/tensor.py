@@ -75,6 +75,11 @@ def _zeros_program(size: int, dtype: torch.dtype, index: int):
     return jax.jit(lambda: jnp.zeros((size,), jax_dtype(dtype)), out_shardings=sharding)
 
 
+def storage_cell(storage: torch.UntypedStorage) -> Cell | None:
+    """The cell of a pjrt storage; None for any other storage."""
+    return getattr(storage, _ATTR, None)
+
+
 def cell_of(t: torch.Tensor) -> Cell:
     try:
         return getattr(t.untyped_storage(), _ATTR)

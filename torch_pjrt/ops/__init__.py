@@ -86,6 +86,7 @@ def install() -> None:
         _impl(lib, op, fn)
         done.add(op)
     memory.register_host_pinning(lib)
+    memory.register_storage_resize()
     fallback = torch.library.Library("_", "IMPL")
     fallback.fallback(_cpu_fallback, "PrivateUse1")
     autocast.install(lib, fallback)

@@ -27,6 +27,7 @@ from torch_pjrt.tensor import (
     cell_of,
     new_tensor,
     read,
+    storage_cell,
     storage_size,
     write,
 )
@@ -333,6 +334,39 @@ def register_host_pinning(lib) -> None:
     """
     lib.impl("_pin_memory", _pin_memory, "CPU")
     lib.impl("is_pinned", _is_pinned_cpu, "CPU")
+
+
+_storage_resize = torch.UntypedStorage.resize_
+
+
+def _resize_storage(storage: torch.UntypedStorage, nbytes: int):
+    """``UntypedStorage.resize_`` for pjrt storages: free the device buffer (0 bytes) and
+    have it back (the storage's size), as FSDP2 does with its unsharded parameters
+    between uses. The buffer comes back as zeros; its values were freed. The storage
+    keeps reporting its full size (``nbytes()``), since only C++ can change that."""
+    if storage.device.type != "pjrt":
+        return _storage_resize(storage, nbytes)
+    cell = storage_cell(storage)
+    if cell is None or nbytes not in (0, storage.nbytes()):
+        raise RuntimeError(
+            f"pjrt: a storage can be resized to 0 bytes (freeing its device memory) or "
+            f"back to its size ({storage.nbytes()} bytes), not to {nbytes}: resize the "
+            "tensor instead (Tensor.resize_ makes a new storage when it grows)"
+        )
+    if nbytes == 0:
+        cell.array = None
+    return storage
+
+
+def register_storage_resize() -> None:
+    """Make ``UntypedStorage.resize_`` work for pjrt storages.
+
+    NOTE: PyTorch sends a PrivateUse1 storage's resize to the backend hooks
+    (``resizePrivateUse1Bytes``), which a backend registered from Python cannot
+    implement; the method is wrapped instead, for pjrt storages only.
+    """
+    if torch.UntypedStorage.resize_ is _storage_resize:
+        torch.UntypedStorage.resize_ = _resize_storage
 
 
 @implements(aten.record_stream.default)
