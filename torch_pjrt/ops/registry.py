@@ -355,6 +355,7 @@ class Kernel:
             or self.returns_python
             or any(sig.kinds[i] == _TENSOR_LIST for i in sig.arrays)
         )
+        self._scalar_defaults = [sig.defaults[i] for i in sig.scalars]
         # positional arguments given -> the defaults that complete them
         self._tails = {n: tuple(sig.defaults[n:]) for n in range(len(sig.defaults) + 1)}
 
@@ -373,7 +374,7 @@ class Kernel:
             for i, v in zip(sig.arrays, arrays):
                 vals[i] = v
             for i, v in zip(sig.scalars, scalars):
-                vals[i] = v
+                vals[i] = sig.defaults[i] if v is None else v  # (None: the default, baked in)
             for i, v in zip(sig.statics, statics):
                 vals[i] = v
             kwargs = dict(zip(sig.names, vals))
@@ -461,7 +462,14 @@ class Kernel:
         program = self.cache.get(_program_key(vals, sig))
         if program is None:
             return None
-        scalars = [_device_scalar(vals[i]) for i in sig.scalars]
+        # NOTE: a scalar at its schema default (add's alpha=1) is passed as None and
+        # baked into a program of its own (jit keys on the None): one argument less per
+        # call, about 0.4 us
+        scalars = [
+            None if v.__class__ is d.__class__ and v == d and (v or d.__class__ is not float)
+            else _device_scalar(v)
+            for v, d in zip([vals[i] for i in sig.scalars], self._scalar_defaults)
+        ]  # fmt: skip
         self._traced = None
         start = time.perf_counter()
         prev = x64.on()
