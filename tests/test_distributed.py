@@ -146,9 +146,18 @@ def test_functional_collectives_four_processes():
 
 def _parallel(nproc: int, cases: list[str]) -> None:
     output = _launch(nproc, PARALLEL_WORKER, ",".join(cases), timeout=900)
-    found = re.findall(r"PARALLEL OK case=(\S+) rank=(\d+) world=(\d+)", output)
+    found = re.findall(
+        r"PARALLEL OK case=(\S+) rank=(\d+) world=(\d+) .*? "
+        r"graph_eager_collectives=(\d+) graph_spmd_collectives=(\d+)",
+        output,
+    )
     expected = sorted((case, rank) for case in cases for rank in range(nproc))
-    assert sorted((case, int(rank)) for case, rank, _ in found) == expected, output[-6000:]
+    assert sorted((case, int(rank)) for case, rank, *_ in found) == expected, output[-6000:]
+    for case, _, _, eager, spmd in found:
+        if case == "tp:compiled":  # DTensor's collectives are in the graphs' XLA programs
+            assert int(eager) == 0 and int(spmd) > 0, (case, eager, spmd)
+        if case.endswith(":eager"):
+            assert int(eager) == int(spmd) == 0, (case, eager, spmd)
 
 
 def test_fsdp2_tp_four_processes_eager():

@@ -145,6 +145,34 @@ def main() -> None:
     assert torch.equal(total, (full * 2).sum()), total
     c.count += 3
 
+    # inside torch.compile(backend="pjrt"): the collectives become collectives of the
+    # graph's XLA program (torch_pjrt/distributed/compiled.py), with math around them
+    import torch_pjrt
+
+    torch_pjrt.metrics.reset()
+    compiled_cases = {
+        "all_reduce sum": lambda t, g: fc.all_reduce(t * 2 + 1, "sum", g) - t,
+        "all_reduce max": lambda t, g: fc.all_reduce(t, "max", g) * t,
+        "all_gather_tensor": lambda t, g: fc.all_gather_tensor(t + 1, 0, g).sum(1),
+        "reduce_scatter_tensor": lambda t, g: fc.reduce_scatter_tensor(t * 3, "sum", 0, g) + 1,
+        "all_to_all_single": lambda t, g: fc.all_to_all_single(t, [2] * world, [2] * world, g),
+        "broadcast": lambda t, g: fc.broadcast(t - 1, world - 1, g) * 2,
+    }
+    for dtype in (torch.float32, torch.int32):
+        x = sample(rank, dtype, (2 * world, 3))
+        for name, fn in compiled_cases.items():
+            compiled = torch.compile(fn, backend="pjrt", fullgraph=True)
+            c.same(
+                f"compiled {name} {dtype}",
+                x,
+                lambda t, g, compiled=compiled: compiled(t, g),
+                lambda t, fn=fn: fn(t, gloo),
+            )
+    tables = torch_pjrt.metrics.as_dict()
+    eager = [op for op in tables.get("graph_eager_ops", {}) if "_c10d_functional" in op]
+    assert not eager, f"collectives left out of the compiled programs: {eager}"
+    assert sum(tables.get("graph_spmd_collectives", {}).values()) >= len(compiled_cases), tables
+
     # errors: a group size that is not the group's
     try:
         torch.ops._c10d_functional.all_gather_into_tensor(

@@ -34,6 +34,8 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
+import torch_pjrt
+
 STEPS = 10
 TOL = 1e-4
 
@@ -217,9 +219,14 @@ def run_case(case: str, rank: int, world: int) -> tuple[float, float, float]:
         (full(p) - r.detach()).abs().max().item()
         for p, r in zip(pjrt_model.parameters(), reference.parameters())
     )
+    tables = torch_pjrt.metrics.as_dict()
+    counts = [
+        sum(n for op, n in tables.get(table, {}).items() if "_c10d_functional" in op)
+        for table in ("graph_eager_ops", "graph_spmd_collectives")
+    ]
     if loss_diff > TOL or param_diff > TOL:
         raise AssertionError(f"{case}: loss diff {loss_diff:.3g}, parameter diff {param_diff:.3g}")
-    return loss_diff, param_diff, seconds
+    return loss_diff, param_diff, seconds, counts
 
 
 def main() -> None:
@@ -231,10 +238,12 @@ def main() -> None:
         # model in the same process fails in Dynamo's fake-tensor pass (the embedding's
         # _MaskPartial keeps a real tensor); the same on the CPU with gloo (PyTorch 2.13)
         torch._dynamo.reset()
-        loss_diff, param_diff, seconds = run_case(case, rank, world)
+        torch_pjrt.metrics.reset()
+        loss_diff, param_diff, seconds, (eager, spmd) = run_case(case, rank, world)
         print(
             f"PARALLEL OK case={case} rank={rank} world={world} loss_diff={loss_diff:.3g} "
-            f"param_diff={param_diff:.3g} seconds={seconds:.1f}",
+            f"param_diff={param_diff:.3g} seconds={seconds:.1f} "
+            f"graph_eager_collectives={eager} graph_spmd_collectives={spmd}",
             flush=True,
         )
     dist.destroy_process_group()

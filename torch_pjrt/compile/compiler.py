@@ -11,6 +11,7 @@ import torch.fx
 from torch._ops import OpOverload
 
 from torch_pjrt.compile.program import GraphProgram, node_supported
+from torch_pjrt.compile.program import _spmd_collectives as _collectives
 from torch_pjrt.diagnostics import metrics
 from torch_pjrt.ops.registry import graph_lookup
 
@@ -86,7 +87,10 @@ def _boxed(fn):
 
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str):
     calls = [n for n in gm.graph.nodes if n.op == "call_function"]
-    unsupported = [n for n in calls if not node_supported(n)]
+    supported = node_supported
+    if not _one_group(calls):  # collectives of several groups: each runs on its own
+        supported = lambda n: node_supported(n) and not _collectives.is_collective(n)  # noqa: E731
+    unsupported = [n for n in calls if not supported(n)]
     if not unsupported:
         n_user, aliases = _output_info(kind)
         program = GraphProgram(gm, kind, n_user_outputs=n_user, alias_outputs=aliases)
@@ -99,7 +103,7 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str):
 
     class _Support(OperatorSupport):
         def is_node_supported(self, submodules, node):
-            return node.op == "call_function" and node_supported(node)
+            return node.op == "call_function" and supported(node)
 
     partitioner = CapabilityBasedPartitioner(gm, _Support(), allows_single_node_partition=True)
     fused = partitioner.fuse_partitions(partitioner.propose_partitions())
@@ -111,6 +115,12 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str):
             setattr(fused, node.target, _Part(program))
     fused.recompile()
     return _boxed(fused.forward)
+
+
+def _one_group(calls) -> bool:
+    """Whether the graph's functional collectives (if any) all name one pjrt group, so
+    that it can run as that group's SPMD program (torch_pjrt/distributed/compiled.py)."""
+    return _collectives is None or _collectives.collective_group(calls)[0]
 
 
 def _output_info(kind: str):

@@ -31,6 +31,11 @@ from torch_pjrt.tensor import cell_of, keep_layout, new_tensor, read, whole, wra
 
 aten = torch.ops.aten
 
+try:  # functional collectives in graphs (registers their graph lowerings)
+    from torch_pjrt.distributed import compiled as _spmd_collectives
+except ImportError:  # (a PyTorch built without torch.distributed)
+    _spmd_collectives = None
+
 __all__ = ["GraphProgram", "Unsupported", "node_supported"]
 
 _ids = itertools.count()
@@ -197,12 +202,22 @@ class GraphProgram:
                 self.calls[n] = _Call(n.target, lowering, lookup(n.target) is not None)
                 self.random_nodes += lowering.random
         self.mutated_positions = tuple(sorted(self.mutated))
+        # functional collectives of one pjrt group: the program runs SPMD over the group
+        self.group_name = None
+        if _spmd_collectives is not None:
+            single, self.group_name = _spmd_collectives.collective_group(self.calls)
+            if not single:
+                raise Unsupported("collectives of several process groups in one graph")
+            for n in self.calls:
+                if _spmd_collectives.is_collective(n):
+                    metrics.tally("graph_spmd_collectives", str(n.target))
         self.constants = {n: getattr(gm, n.target) for n in self.body if n.op == "get_attr"}
         self._jitted: dict = {}
         self._static_outputs: dict = {}
         self._last_key = None
         self.dumper = None  # set by the backend: has .active and .write(program, lowered)
-        self.plan = buckets.plan(self)  # padding symbolic sizes to buckets, if any
+        # padding symbolic sizes to buckets, if any (not for SPMD graphs)
+        self.plan = buckets.plan(self) if self.group_name is None else None
         # outputs the user sees keep the strides and offset PyTorch gives them: AOT
         # autograd rebuilds outputs that alias an input from exactly these
         user = len(self.outputs) if self.kind != "backward" else 0
@@ -352,6 +367,9 @@ class GraphProgram:
             return self._evaluate(values, rng, record)
 
         run.__name__ = run.__qualname__ = self.name  # names the XLA module and its dump
+        if self.group_name is not None:  # one rank's graph, as the group's SPMD program
+            run = _spmd_collectives.spmd(run, key[-1])
+            run.__name__ = self.name
         jitted = jax.jit(run, donate_argnums=(0,) if "d" in kinds else ())
         self._static_outputs[key] = record
         self._jitted[key] = jitted
@@ -392,7 +410,7 @@ class GraphProgram:
                 padded = getattr(a, "_pjrt_padded", None)
                 if padded is not None and tuple(a.shape) != padded.true_shape:
                     value = buckets.compact(padded)  # stayed padded: drop the padding
-            elif i in mutated:
+            elif i in mutated and self.group_name is None:
                 cell = _donatable(a, value)
                 if cell is not None:
                     donated.append(value)
@@ -415,6 +433,10 @@ class GraphProgram:
         donated, arrays, statics, index, kinds, cells = self.arguments(args)
         if fused.mesh_in_use:  # SPMD (distributed/spmd.py): one-device inputs join the mesh
             donated, arrays = _on_mesh(donated, arrays)
+        mesh = None
+        if self.group_name is not None:  # every rank's arrays: blocks of global arrays
+            mesh = _spmd_collectives.devices(self.group_name, index)
+            arrays = _spmd_collectives.to_global(arrays, mesh)
         # NOTE: shapes and dtypes are part of the key (JAX would retrace silently):
         # every XLA compilation is counted here, with what changed
         key = (
@@ -423,6 +445,7 @@ class GraphProgram:
             tuple([a.aval for a in donated]),
             tuple([a.aval for a in arrays]),
             torch.get_float32_matmul_precision(),  # read by the lowerings as they trace
+            mesh,
         )
         jitted = self._jitted.get(key)
         first = jitted is None
@@ -439,7 +462,11 @@ class GraphProgram:
             if first and self.dumper is not None and self.dumper.active:
                 self.dumper.write(self, jitted.lower(donated, arrays, rng))
             outs, new_values = jitted(donated, arrays, rng)
-            if not donated and not arrays and index != 0:  # a graph that only creates
+            if mesh is not None:  # this rank's blocks
+                local = _spmd_collectives.to_local
+                outs = [None if o is None else local(o) for o in outs]
+                new_values = [local(v) for v in new_values]
+            elif not donated and not arrays and index != 0:  # a graph that only creates
                 outs = jax.device_put(outs, runtime.device(index))
         if first:
             metrics.compilation(
@@ -678,9 +705,10 @@ def _cause(old, new) -> str:
 def _labelled(key):
     if key is None or key[0] == "padded":  # (a padded program: no comparable labels)
         return None
-    statics, kinds, donated, arrays, precision = key
+    statics, kinds, donated, arrays, precision, mesh = key
     return [
         ("float32 matmul precision", precision),
+        ("the process group's devices", mesh),
         ("argument kinds (a tensor became a value, or donation changed)", kinds),
         ("static arguments", statics),
         *((f"donated input {i}", a) for i, a in enumerate(donated)),

@@ -19,9 +19,9 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-__all__ = ["run"]
+__all__ = ["AXIS", "body", "run", "sharding"]
 
-_AXIS = "r"
+AXIS = _AXIS = "r"  # the mesh axis of a group's ranks
 
 
 def _reduce(kind: str, x, n: int):
@@ -46,7 +46,7 @@ def _reduce(kind: str, x, n: int):
     raise AssertionError(kind)
 
 
-def _body(op: str, n: int, extra):
+def body(op: str, n: int, extra):
     """The per-rank function: a block ``(1, *in_shape)`` in, ``(1, *out_shape)`` out."""
     if op == "all_reduce":
         return lambda x: _reduce(extra, x, n)
@@ -83,11 +83,17 @@ def _body(op: str, n: int, extra):
 
 @functools.lru_cache(maxsize=1024)
 def _program(op: str, devices: tuple, shape: tuple, dtype, extra):
-    n = len(devices)
-    mesh = Mesh(np.array(devices, dtype=object), (_AXIS,))
-    body = jax.shard_map(_body(op, n, extra), mesh=mesh, in_specs=P(_AXIS), out_specs=P(_AXIS))
-    sharding = NamedSharding(mesh, P(_AXIS))
-    return jax.jit(body, in_shardings=sharding, out_shardings=sharding), sharding
+    blocks = sharding(devices)
+    fn = jax.shard_map(
+        body(op, len(devices), extra), mesh=blocks.mesh, in_specs=P(_AXIS), out_specs=P(_AXIS)
+    )
+    return jax.jit(fn, in_shardings=blocks, out_shardings=blocks), blocks
+
+
+@functools.lru_cache(maxsize=64)
+def sharding(devices: tuple) -> NamedSharding:
+    """Blocks of the rank axis over a 1-D mesh of ``devices`` (one per rank)."""
+    return NamedSharding(Mesh(np.array(devices, dtype=object), (_AXIS,)), P(_AXIS))
 
 
 def run(op: str, x: jax.Array, devices: tuple, extra=None) -> jax.Array:

@@ -1,0 +1,169 @@
+"""Functional collectives inside ``torch.compile`` graphs: collectives of the XLA program.
+
+A compiled graph whose ``_c10d_functional`` nodes all name one pjrt process group (what
+DTensor's tensor parallel produces) runs as one SPMD program over that group: the
+graph's program is wrapped in a ``jax.shard_map`` over the group's mesh (one device per
+rank, axis ``collectives.AXIS``), every rank contributes its local arrays as its block
+of global arrays, and the collective nodes lower to ``lax`` collectives in the same
+XLA program as the math around them (:class:`torch_pjrt.compile.program.GraphProgram`
+does the wrapping). Graphs whose collectives name several groups are split instead:
+their collectives run as programs of their own between the compiled parts.
+"""
+
+from __future__ import annotations
+
+import jax
+import torch
+
+from torch_pjrt.distributed import collectives
+from torch_pjrt.ops.registry import lowers_in_graphs
+
+__all__ = ["collective_group", "is_collective", "to_global", "to_local"]
+
+
+def _ops() -> dict:
+    if not torch.distributed.is_available():
+        return {}
+    c10d = torch.ops._c10d_functional
+    return {
+        "all_reduce": c10d.all_reduce.default,
+        "all_reduce_coalesced": c10d.all_reduce_coalesced.default,
+        "all_gather_into_tensor": c10d.all_gather_into_tensor.default,
+        "all_gather_into_tensor_coalesced": c10d.all_gather_into_tensor_coalesced.default,
+        "reduce_scatter_tensor": c10d.reduce_scatter_tensor.default,
+        "reduce_scatter_tensor_coalesced": c10d.reduce_scatter_tensor_coalesced.default,
+        "all_to_all_single": c10d.all_to_all_single.default,
+        "broadcast": c10d.broadcast.default,
+        "wait_tensor": c10d.wait_tensor.default,
+    }
+
+
+_OPS = _ops()
+_COLLECTIVES = frozenset(_OPS.values())
+
+
+def is_collective(node: torch.fx.Node) -> bool:
+    return node.op == "call_function" and node.target in _COLLECTIVES
+
+
+def _group_name(node: torch.fx.Node) -> str | None:
+    """The group a collective node names (``wait_tensor`` names none)."""
+    if node.target is _OPS.get("wait_tensor"):
+        return None
+    name = node.kwargs.get("group_name", node.args[-1])
+    return name if isinstance(name, str) else None
+
+
+def collective_group(nodes) -> tuple[bool, str | None]:
+    """(whether the graph can run as one SPMD program, the group's name or None when it
+    has no collectives). False when its collectives name several groups, or a group
+    that is not a pjrt one."""
+    from torch_pjrt.distributed.backend import PjrtProcessGroup
+
+    names = {_group_name(n) for n in nodes if is_collective(n)} - {None}
+    if not names:
+        return True, None
+    if len(names) > 1:
+        return False, None
+    (name,) = names
+    group = torch._C._distributed_c10d._resolve_process_group(name)
+    return isinstance(group, PjrtProcessGroup), name
+
+
+def devices(group_name: str, index: int) -> tuple:
+    """The group's JAX devices (one per rank, in group rank order) at local ``index``."""
+    return torch._C._distributed_c10d._resolve_process_group(group_name)._devices(index)
+
+
+def to_global(arrays: list, mesh_devices: tuple) -> list:
+    """This rank's arrays as its blocks of global arrays, stacked on a new leading axis."""
+    n = len(mesh_devices)
+    sharding = collectives.sharding(mesh_devices)
+    out = []
+    for a in arrays:
+        shape = tuple(a.shape)
+        block = a.reshape((1, *shape))
+        out.append(jax.make_array_from_single_device_arrays((n, *shape), sharding, [block]))
+    return out
+
+
+def to_local(a: jax.Array) -> jax.Array:
+    """This rank's block of a global array, without the leading axis."""
+    local = a.addressable_data(0)
+    return local.reshape(local.shape[1:])
+
+
+def spmd(run, mesh_devices: tuple):
+    """``run(donated, arrays, rng)`` (one rank's graph) as a shard_map over the group's
+    mesh: array arguments and results carry the rank axis first, ``rng`` is replicated."""
+    mesh = collectives.sharding(mesh_devices).mesh
+    spec, replicated = jax.sharding.PartitionSpec(collectives.AXIS), jax.sharding.PartitionSpec()
+
+    def body(donated, arrays, rng):
+        outs, new = run([d[0] for d in donated], [a[0] for a in arrays], rng)
+        return jax.tree.map(lambda x: x[None], (outs, new))
+
+    return jax.shard_map(
+        body, mesh=mesh, in_specs=(spec, spec, replicated), out_specs=spec, check_vma=False
+    )
+
+
+# --- the lowerings (valid only inside spmd's trace: they name the mesh axis) ---------
+
+
+def _size(group_name: str) -> int:
+    return torch._C._distributed_c10d._resolve_process_group(group_name).size()
+
+
+def _body(op: str, group_name: str, extra=None):
+    return collectives.body(op, _size(group_name), extra)
+
+
+if _OPS:
+
+    @lowers_in_graphs(_OPS["wait_tensor"])
+    def _wait_tensor(tensor):
+        return tensor
+
+    @lowers_in_graphs(_OPS["all_reduce"])
+    def _all_reduce(input, reduce_op, group_name):  # noqa: A002
+        return _body("all_reduce", group_name, reduce_op.lower())(input)
+
+    @lowers_in_graphs(_OPS["all_reduce_coalesced"])
+    def _all_reduce_coalesced(inputs, reduce_op, group_name):
+        return [_all_reduce(x, reduce_op, group_name) for x in inputs]
+
+    @lowers_in_graphs(_OPS["all_gather_into_tensor"])
+    def _all_gather_into_tensor(input, group_size, group_name):  # noqa: A002
+        shape = (group_size * input.shape[0], *input.shape[1:])
+        return _body("all_gather", group_name, shape)(input[None])[0]
+
+    @lowers_in_graphs(_OPS["all_gather_into_tensor_coalesced"])
+    def _all_gather_into_tensor_coalesced(inputs, group_size, group_name):
+        return [_all_gather_into_tensor(x, group_size, group_name) for x in inputs]
+
+    @lowers_in_graphs(_OPS["reduce_scatter_tensor"])
+    def _reduce_scatter_tensor(input, reduce_op, group_size, group_name):  # noqa: A002
+        shape = (input.shape[0] // group_size, *input.shape[1:])
+        extra = (reduce_op.lower(), shape)
+        return _body("reduce_scatter", group_name, extra)(input[None])[0]
+
+    @lowers_in_graphs(_OPS["reduce_scatter_tensor_coalesced"])
+    def _reduce_scatter_tensor_coalesced(inputs, reduce_op, group_size, group_name):
+        return [_reduce_scatter_tensor(x, reduce_op, group_size, group_name) for x in inputs]
+
+    @lowers_in_graphs(_OPS["all_to_all_single"])
+    def _all_to_all_single(input, output_split_sizes, input_split_sizes, group_name):  # noqa: A002
+        n = _size(group_name)
+        for sizes in (output_split_sizes, input_split_sizes):
+            if sizes is not None and len(set(sizes)) > 1:
+                raise NotImplementedError(
+                    "pjrt: all_to_all_single with uneven split sizes in a compiled graph"
+                )
+        if input.shape[0] % n:
+            raise NotImplementedError("pjrt: all_to_all_single needs dim 0 divisible by ranks")
+        return _body("all_to_all", group_name)(input[None])[0]
+
+    @lowers_in_graphs(_OPS["broadcast"])
+    def _broadcast(input, src, group_name):  # noqa: A002
+        return _body("broadcast", group_name, src)(input[None])[0]
