@@ -28,7 +28,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from parallel_worker import Llama, loss_fn  # noqa: E402
+from parallel_worker import loss_fn, make_model  # noqa: E402
 
 
 def full(t: torch.Tensor) -> torch.Tensor:
@@ -37,10 +37,10 @@ def full(t: torch.Tensor) -> torch.Tensor:
 
 def build(device: str, world: int) -> torch.nn.Module:
     torch.manual_seed(1234)
-    model = Llama().to(device)
+    model = make_model().to(device)
     if world > 1:
         mesh = init_device_mesh(device, (world,))
-        for block in model.blocks:
+        for block in model.layers:
             fully_shard(block, mesh=mesh)
         fully_shard(model, mesh=mesh)
     return model

@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -25,125 +26,24 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
-from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import (
-    ColwiseParallel,
-    PrepareModuleInput,
-    RowwiseParallel,
-    SequenceParallel,
     parallelize_module,
 )
 
 import torch_pjrt
 
+# the model and TorchTitan's TP plan: the example's (one definition)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "llama_distributed"))
+from train import BLOCK_PLAN, ROOT_PLAN, Llama  # noqa: E402
+
 STEPS = 10
 TOL = 1e-4
 
 
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float = 1e-6):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
-
-
-def rotary(x, positions):
-    """Rotary position embedding on (batch, heads, seq, head_dim)."""
-    half = x.shape[-1] // 2
-    freqs = 1.0 / (10000 ** (torch.arange(half, device=x.device, dtype=x.dtype) / half))
-    angles = positions[:, None].to(x.dtype) * freqs[None, :]
-    cos, sin = angles.cos(), angles.sin()
-    x1, x2 = x[..., :half], x[..., half:]
-    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
-
-
-class Attention(nn.Module):
-    """Causal self-attention with rotary embeddings, written for tensor parallelism as
-    in TorchTitan: separate q, k, v projections, and every shape taken from the (maybe
-    local) tensors, so the same code runs whole or with its heads split across ranks."""
-
-    def __init__(self, dim: int, head_dim: int):
-        super().__init__()
-        self.head_dim = head_dim
-        self.q = nn.Linear(dim, dim, bias=False)
-        self.k = nn.Linear(dim, dim, bias=False)
-        self.v = nn.Linear(dim, dim, bias=False)
-        self.o = nn.Linear(dim, dim, bias=False)
-
-    def forward(self, x):
-        b, s, _ = x.shape
-        q, k, v = (
-            p(x).view(b, s, -1, self.head_dim).transpose(1, 2) for p in (self.q, self.k, self.v)
-        )
-        pos = torch.arange(s, device=x.device)
-        q, k = rotary(q, pos), rotary(k, pos)
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.o(a.transpose(1, 2).reshape(b, s, -1))
-
-
-class FeedForward(nn.Module):
-    def __init__(self, dim: int, hidden: int):
-        super().__init__()
-        self.gate = nn.Linear(dim, hidden, bias=False)
-        self.up = nn.Linear(dim, hidden, bias=False)
-        self.down = nn.Linear(hidden, dim, bias=False)
-
-    def forward(self, x):
-        return self.down(F.silu(self.gate(x)) * self.up(x))
-
-
-class Block(nn.Module):
-    def __init__(self, dim: int, head_dim: int, hidden: int):
-        super().__init__()
-        self.attention_norm = RMSNorm(dim)
-        self.attention = Attention(dim, head_dim)
-        self.ffn_norm = RMSNorm(dim)
-        self.feed_forward = FeedForward(dim, hidden)
-
-    def forward(self, x):
-        x = x + self.attention(self.attention_norm(x))
-        return x + self.feed_forward(self.ffn_norm(x))
-
-
-class Llama(nn.Module):
-    def __init__(self, vocab=64, dim=32, head_dim=8, hidden=64, layers=2):
-        super().__init__()
-        self.embed = nn.Embedding(vocab, dim)
-        self.blocks = nn.ModuleList(Block(dim, head_dim, hidden) for _ in range(layers))
-        self.norm = RMSNorm(dim)
-        self.head = nn.Linear(dim, vocab, bias=False)
-
-    def forward(self, tokens):
-        x = self.embed(tokens)
-        for block in self.blocks:
-            x = block(x)
-        return self.head(self.norm(x))
-
-
-# TorchTitan's plan: sequence parallel norms and residual stream (Shard(1)), heads and
-# hidden units split colwise then rowwise; every parameter becomes a DTensor
-ROOT_PLAN = {
-    "embed": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
-    "norm": SequenceParallel(),
-    "head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate()),
-}
-GATHER = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
-BLOCK_PLAN = {
-    "attention_norm": SequenceParallel(),
-    "attention": GATHER,
-    "attention.q": ColwiseParallel(),
-    "attention.k": ColwiseParallel(),
-    "attention.v": ColwiseParallel(),
-    "attention.o": RowwiseParallel(output_layouts=Shard(1)),
-    "ffn_norm": SequenceParallel(),
-    "feed_forward": GATHER,
-    "feed_forward.gate": ColwiseParallel(),
-    "feed_forward.up": ColwiseParallel(),
-    "feed_forward.down": RowwiseParallel(output_layouts=Shard(1)),
-}
+def make_model() -> nn.Module:
+    """The example's Llama (4 heads of 8), small."""
+    return Llama(vocab=64, dim=32, heads=4, hidden=64, layers=2)
 
 
 def loss_fn(model, tokens):
@@ -151,7 +51,7 @@ def loss_fn(model, tokens):
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
 
 
-def parallelize(model: Llama, plan: str, world: int, compiled: bool):
+def parallelize(model: nn.Module, plan: str, world: int, compiled: bool):
     """The model laid out for ``plan``; returns (model, data-parallel rank, dp size)."""
     if plan == "fsdp":
         mesh = init_device_mesh("pjrt", (world,), mesh_dim_names=("dp",))
@@ -164,7 +64,7 @@ def parallelize(model: Llama, plan: str, world: int, compiled: bool):
         dp_mesh, tp_mesh = mesh["dp"], mesh["tp"]
     if tp_mesh is not None:
         parallelize_module(model, tp_mesh, ROOT_PLAN)
-    for block in model.blocks:
+    for block in model.layers:
         if tp_mesh is not None:
             parallelize_module(block, tp_mesh, BLOCK_PLAN)
         if dp_mesh is not None:
@@ -187,7 +87,7 @@ def full(p: torch.Tensor) -> torch.Tensor:
 def run_case(case: str, rank: int, world: int) -> tuple[float, float, float]:
     plan, execution = case.split(":")
     torch.manual_seed(1234)
-    model = Llama()
+    model = make_model()
     tokens = torch.randint(0, 64, (8, 17), generator=torch.Generator().manual_seed(5678))
     reference = copy.deepcopy(model)
     ref_opt = torch.optim.AdamW(reference.parameters(), lr=3e-3)
