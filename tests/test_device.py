@@ -69,6 +69,11 @@ def test_memory_statistics_follow_allocations():
     assert torch.pjrt.max_memory_allocated() >= during
     stats = torch.pjrt.memory_stats()
     assert stats["allocated_bytes.all.current"] == during
+    assert torch.pjrt.max_memory_reserved() >= torch.pjrt.max_memory_allocated()
+    free, total = torch.pjrt.mem_get_info()
+    assert total == torch.pjrt.get_device_properties().total_memory > 0
+    assert free == max(total - torch.pjrt.memory_reserved(), 0)
+    assert torch.pjrt.is_bf16_supported()
     del x
     assert torch.pjrt.memory_allocated() <= during - (4 << 20)
     torch.pjrt.reset_peak_memory_stats()

@@ -161,6 +161,25 @@ class DeviceModule:
         return DeviceModule.memory_stats(device).get("reserved_bytes.all.current", 0)
 
     @staticmethod
+    def max_memory_reserved(device=None) -> int:
+        """No platform reports a reserved peak: the larger of the bytes reserved now and
+        the peak in use (a lower bound of the true peak)."""
+        stats = DeviceModule.memory_stats(device)
+        return max(stats["reserved_bytes.all.current"], stats["allocated_bytes.all.peak"])
+
+    @staticmethod
+    def mem_get_info(device=None) -> tuple[int, int]:
+        """(free, total) bytes of the device, as ``torch.cuda.mem_get_info``: total from
+        the platform (the host's memory on the CPU platform), free = total - reserved."""
+        total = DeviceModule.get_device_properties(device).total_memory
+        return max(total - DeviceModule.memory_reserved(device), 0), total
+
+    @staticmethod
+    def is_bf16_supported(including_emulation: bool = True) -> bool:
+        """True: XLA runs bfloat16 on every PJRT platform (natively or emulated)."""
+        return True
+
+    @staticmethod
     def reset_peak_memory_stats(device=None) -> None:
         from torch_pjrt.runtime.properties import reset_peak
 

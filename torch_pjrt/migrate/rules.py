@@ -47,8 +47,6 @@ _MEMORY_NOTE = (
     "figures of the device's allocator (torch.accelerator's memory functions raise on "
     "backends registered from Python, such as pjrt); " + _NO_CPU
 )
-_NO_PJRT = "torch.pjrt has no such figure: use torch.get_device_module(device).memory_stats()"
-
 
 def _module(name: str, risk: str = _MEDIUM, note: str = _MEMORY_NOTE) -> CudaApi:
     return CudaApi(_MOD + name, risk, note)
@@ -87,10 +85,10 @@ CUDA_API: dict[str, CudaApi] = {
     "memory_allocated": _module("memory_allocated"),
     "max_memory_allocated": _module("max_memory_allocated"),
     "memory_reserved": _module("memory_reserved"),
-    "max_memory_reserved": CudaApi(None, _MEDIUM, _NO_PJRT),
+    "max_memory_reserved": _module("max_memory_reserved"),
     "memory_stats": _module("memory_stats"),
     "reset_peak_memory_stats": _module("reset_peak_memory_stats"),
-    "mem_get_info": CudaApi(None, _MEDIUM, _NO_PJRT),
+    "mem_get_info": _module("mem_get_info"),
     "empty_cache": _module(
         "empty_cache", _MEDIUM, "XLA frees buffers itself (a no-op on pjrt); " + _NO_CPU
     ),
