@@ -12,6 +12,10 @@ group itself, so it serves every device type:
 Collectives are asynchronous in JAX's sense: the work is dispatched and the output
 tensors hold the (future) result, so ``async_op=True`` returns a completed work handle
 and later reads of the outputs wait for the values.
+
+Before each pjrt collective the ranks agree on it (:mod:`torch_pjrt.distributed.faults`):
+a rank that raised, died or hangs, or a collective that differs across ranks, raises
+``DistBackendError`` naming the ranks instead of hanging.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from torch.futures import Future
 
 from torch_pjrt import runtime
 from torch_pjrt import tensor as pjrt_tensor
-from torch_pjrt.distributed import collectives, functional
+from torch_pjrt.distributed import collectives, faults, functional
 
 __all__ = ["PjrtProcessGroup", "create"]
 
@@ -116,6 +120,12 @@ class PjrtProcessGroup(dist.ProcessGroup):
         functional.register()  # _c10d_functional ops (functional collectives) on pjrt
         self._ranks = tuple(ranks) if ranks else tuple(range(size))
         self._gloo = dist.ProcessGroupGloo(dist.PrefixStore("gloo/", store), rank, size, timeout)
+        # agreement before each collective: mismatches and failed ranks raise, never hang
+        self._checker = None
+        if faults.checks_enabled():
+            self._checker = faults.CollectiveChecker(
+                store, rank, size, self._ranks, faults.collective_timeout(timeout)
+            )
         self._meshes: dict[int, tuple] = {}
         self._group_name = ""
         self._group_desc = ""
@@ -213,7 +223,14 @@ class PjrtProcessGroup(dist.ProcessGroup):
             f"tensors, got {sorted(kinds)}"
         )
 
-    def _run(self, op: str, source: torch.Tensor, extra=None):
+    def _agree(self, name: str, source: torch.Tensor | None = None, extra=None) -> None:
+        """Every rank calls the same collective here, or all raise (faults.py)."""
+        if self._checker is not None:
+            what = name if source is None else faults.describe(name, source, extra)
+            self._checker.check(what)
+
+    def _run(self, op: str, source: torch.Tensor, extra=None, name: str | None = None):
+        self._agree(name or op, source, extra)
         index = source.device.index or 0
         return collectives.run(op, pjrt_tensor.read(source), self._devices(index), extra)
 
@@ -255,7 +272,7 @@ class PjrtProcessGroup(dist.ProcessGroup):
         kind = self._reduction("reduce", opts.reduceOp)
         t = self._one("reduce", tensors)
         self._check("reduce", [t], kind)
-        value = self._run("all_reduce", t, kind)
+        value = self._run("all_reduce", t, kind, name="reduce")
         if self.rank() == opts.rootRank:
             pjrt_tensor.write(t, value)
         return _done(tensors)
@@ -268,7 +285,7 @@ class PjrtProcessGroup(dist.ProcessGroup):
         t = self._one("gather", input_tensors)
         n = self.size()
         self._check("gather", [t])
-        gathered = self._run("all_gather", t, (n, *t.shape))
+        gathered = self._run("all_gather", t, (n, *t.shape), name="gather")
         if self.rank() == opts.rootRank:
             outs = self._one("gather", output_tensors)
             if len(outs) != n or any(o.shape != t.shape or o.dtype != t.dtype for o in outs):
@@ -300,7 +317,7 @@ class PjrtProcessGroup(dist.ProcessGroup):
             stacked = torch.stack(inputs)
         else:
             stacked = out.new_zeros((n, *out.shape))
-        pjrt_tensor.write(out, self._run("broadcast", stacked, root)[self.rank()])
+        pjrt_tensor.write(out, self._run("broadcast", stacked, root, name="scatter")[self.rank()])
         return _done(output_tensors)
 
     def broadcast(self, tensors, opts=None):
@@ -342,7 +359,8 @@ class PjrtProcessGroup(dist.ProcessGroup):
                 f"{output.dtype} for input {tuple(input.shape)} {input.dtype}"
             )
         self._check("all_gather_into_tensor", [input])
-        pjrt_tensor.write(output, self._run("all_gather", input, tuple(output.shape)))
+        value = self._run("all_gather", input, tuple(output.shape), name="all_gather_into_tensor")
+        pjrt_tensor.write(output, value)
         return _done([output])
 
     _allgather_base = all_gather_single
@@ -361,7 +379,9 @@ class PjrtProcessGroup(dist.ProcessGroup):
                 f"{output.dtype}"
             )
         self._check("reduce_scatter_tensor", [input], kind)
-        value = self._run("reduce_scatter", input, (kind, tuple(output.shape)))
+        value = self._run(
+            "reduce_scatter", input, (kind, tuple(output.shape)), name="reduce_scatter_tensor"
+        )
         pjrt_tensor.write(output, value)
         return _done([output])
 
@@ -409,7 +429,7 @@ class PjrtProcessGroup(dist.ProcessGroup):
                 "and dtype"
             )
         self._check("all_to_all_single", [input])
-        pjrt_tensor.write(output, self._run("all_to_all", input))
+        pjrt_tensor.write(output, self._run("all_to_all", input, name="all_to_all_single"))
         return _done([output])
 
     alltoall_base = all_to_all_single
@@ -438,6 +458,7 @@ class PjrtProcessGroup(dist.ProcessGroup):
         return _done(output_tensors)
 
     def barrier(self, opts=None):
+        self._agree("barrier")
         return self._gloo.barrier(dist.BarrierOptions())
 
     # --- point to point (through host memory) --------------------------------------
@@ -465,9 +486,13 @@ class PjrtProcessGroup(dist.ProcessGroup):
         return _HostRecvWork(self._gloo.recv_anysource([host], tag), host, t)
 
     def shutdown(self) -> None:
+        if self._checker is not None:
+            self._checker.shutdown()
         self._gloo.shutdown()
 
     def abort(self) -> None:
+        if self._checker is not None:
+            self._checker.abort()
         self._gloo.abort()
 
 

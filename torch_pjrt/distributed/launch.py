@@ -14,6 +14,9 @@ a pjrt device, or ``init_process_group``), before JAX creates its PJRT client, w
   JAX's gloo collectives carry cross-process collectives.
 
 ``TORCH_PJRT_DISTRIBUTED=0`` turns this off (each process is then a separate JAX world).
+``TORCH_PJRT_INIT_TIMEOUT`` (seconds, JAX's default 300) bounds the wait for every
+process to join; ``TORCH_PJRT_HEARTBEAT_TIMEOUT`` (seconds, JAX's default 100) is how long
+JAX's coordination service waits for a silent process before it ends every process.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import os
 
 log = logging.getLogger("torch_pjrt")
 
-__all__ = ["coordinator_address", "init_jax_from_env", "torchrun_env"]
+__all__ = ["coordinator_address", "init_jax_from_env", "jax_timeouts", "torchrun_env"]
 
 _GPU_PLATFORMS = ("cuda", "gpu", "rocm")
 
@@ -56,6 +59,24 @@ def coordinator_address(env: dict) -> str:
     if ":" in host and not host.startswith("["):  # an IPv6 address
         host = f"[{host}]"
     return f"{host}:{port}"
+
+
+def jax_timeouts() -> dict:
+    """``jax.distributed.initialize``'s timeout arguments (whole seconds) from
+    ``TORCH_PJRT_INIT_TIMEOUT`` and ``TORCH_PJRT_HEARTBEAT_TIMEOUT``, where set."""
+    out = {}
+    for var, arg in (
+        ("TORCH_PJRT_INIT_TIMEOUT", "initialization_timeout"),
+        ("TORCH_PJRT_HEARTBEAT_TIMEOUT", "heartbeat_timeout_seconds"),
+    ):
+        value = os.environ.get(var, "").strip()
+        if not value:
+            continue
+        try:
+            out[arg] = max(1, round(float(value)))
+        except ValueError:
+            raise ValueError(f"{var} must be a number of seconds, got {value!r}") from None
+    return out
 
 
 def init_jax_from_env(platform: str | None = None) -> bool:
@@ -91,5 +112,6 @@ def init_jax_from_env(platform: str | None = None) -> bool:
         process_id=env["rank"],
         local_device_ids=local_ids,
         cluster_detection_method="deactivate",
+        **jax_timeouts(),
     )
     return True

@@ -48,6 +48,7 @@ _MEMORY_NOTE = (
     "backends registered from Python, such as pjrt); " + _NO_CPU
 )
 
+
 def _module(name: str, risk: str = _MEDIUM, note: str = _MEMORY_NOTE) -> CudaApi:
     return CudaApi(_MOD + name, risk, note)
 
