@@ -16,6 +16,7 @@ import copy
 import os
 import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -23,6 +24,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+# RMSNorm and rotary embeddings: the distributed example's (one definition)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "llama_distributed"))
+from train import RMSNorm, rotary  # noqa: E402
 
 STEPS = 10
 TOL = 1e-4
@@ -37,26 +42,6 @@ class MLP(nn.Module):
 
     def forward(self, x):
         return self.net(x)
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float = 1e-6):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
-
-
-def rotary(x, positions):
-    """Rotary position embedding on (batch, heads, seq, head_dim)."""
-    half = x.shape[-1] // 2
-    freqs = 1.0 / (10000 ** (torch.arange(half, device=x.device, dtype=x.dtype) / half))
-    angles = positions[:, None].to(x.dtype) * freqs[None, :]
-    cos, sin = angles.cos(), angles.sin()
-    x1, x2 = x[..., :half], x[..., half:]
-    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 
 class Block(nn.Module):
