@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.test_distributed import _child_env, _free_port_pair
+from tests.test_distributed import _launch
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "llama_distributed" / "train.py"
 # small and quick: most of a run's time is start-up and compiling each op once
@@ -28,23 +26,7 @@ SIZES = ["--vocab", "128", "--dim", "32", "--heads", "4", "--hidden", "64", "--s
 
 def _run(nproc: int, *args: str, timeout: float = 600) -> dict[int, float]:
     """Run the example; {step: loss} from rank 0's log (checked rc 0)."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        str(nproc),
-        "--master_addr",
-        "127.0.0.1",
-        "--master_port",
-        str(_free_port_pair()),
-        str(EXAMPLE),
-        *SIZES,
-        *args,
-    ]
-    done = subprocess.run(cmd, env=_child_env(), capture_output=True, text=True, timeout=timeout)
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output[-6000:]
+    output = _launch(nproc, EXAMPLE, *SIZES, *args, timeout=timeout)
     losses = {int(s): float(v) for s, v in re.findall(r"step (\d+)/\d+ loss (\S+)", output)}
     assert losses, output[-6000:]
     return losses
