@@ -41,12 +41,13 @@ import json
 import os
 import platform
 import re
-import socket
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from torch_pjrt.distributed.launch import free_port_pair
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "llama_distributed" / "train.py"
@@ -56,21 +57,6 @@ RESULT = "ALLREDUCE_RESULT "
 
 
 # --- launching --------------------------------------------------------------------------
-
-
-def _free_port_pair() -> int:
-    """A port p with p and p + 1 free (torch's store, JAX's coordinator)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        try:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", port + 1))
-        except OSError:
-            continue
-        return port
-    raise RuntimeError("no free port pair")
 
 
 def _env() -> dict:
@@ -86,7 +72,7 @@ def _env() -> dict:
 
 def torchrun(nproc: int, *args: str, timeout: float = 1200) -> str:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc)]
-    cmd += ["--master_addr", "127.0.0.1", "--master_port", str(_free_port_pair()), *args]
+    cmd += ["--master_addr", "127.0.0.1", "--master_port", str(free_port_pair()), *args]
     done = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=timeout)
     output = done.stdout + done.stderr
     if done.returncode != 0:

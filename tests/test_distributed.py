@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,29 +17,14 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from torch_pjrt.distributed.launch import free_port_pair
+
 SCRIPTS = Path(__file__).parent / "distributed_scripts"
 WORKER = SCRIPTS / "collectives_worker.py"
 DDP_WORKER = SCRIPTS / "ddp_worker.py"
 FUNCTIONAL_WORKER = SCRIPTS / "functional_worker.py"
 PARALLEL_WORKER = SCRIPTS / "parallel_worker.py"
 CHECKPOINT_WORKER = SCRIPTS / "checkpoint_worker.py"
-
-
-def _free_port_pair() -> int:
-    """A port p with p and p + 1 free (torch's store, JAX's coordinator)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port >= 65535:
-            continue
-        try:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", port + 1))
-        except OSError:
-            continue
-        return port
-    raise RuntimeError("no free port pair")
 
 
 def _child_env() -> dict:
@@ -67,7 +51,7 @@ def _launch(nproc: int, script: Path, *args: str, timeout: float = 300) -> str:
         "--master_addr",
         "127.0.0.1",
         "--master_port",
-        str(_free_port_pair()),
+        str(free_port_pair()),
         str(script),
         *args,
     ]

@@ -16,7 +16,8 @@ from datetime import timedelta
 
 import pytest
 
-from tests.test_distributed import SCRIPTS, _child_env, _free_port_pair
+from tests.test_distributed import SCRIPTS, _child_env
+from torch_pjrt.distributed.launch import free_port_pair
 
 WORKER = SCRIPTS / "faults_worker.py"
 TIMEOUT_S = 10  # the group's timeout (init_process_group(timeout=...))
@@ -24,7 +25,7 @@ TIMEOUT_S = 10  # the group's timeout (init_process_group(timeout=...))
 
 def _ranks(scenario: str, nproc: int = 2, timeout_s: float = TIMEOUT_S, limit: float = 120):
     """Run every rank; (return codes, outputs, wall seconds until all exited)."""
-    port = _free_port_pair()
+    port = free_port_pair()
     procs = []
     start = time.monotonic()
     for rank in range(nproc):
@@ -132,7 +133,7 @@ def test_under_torchrun_the_survivor_reports_the_failed_rank():
         "--master_addr",
         "127.0.0.1",
         "--master_port",
-        str(_free_port_pair()),
+        str(free_port_pair()),
         str(WORKER),
         "raise",
         str(TIMEOUT_S),

@@ -58,13 +58,13 @@ def collective_group(nodes) -> tuple[bool, str | None]:
     """(whether the graph can run as one SPMD program, the group's name or None when it
     has no collectives). False when its collectives name several groups, or a group
     that is not a pjrt one."""
-    from torch_pjrt.distributed.backend import PjrtProcessGroup
-
     names = {_group_name(n) for n in nodes if is_collective(n)} - {None}
     if not names:
         return True, None
     if len(names) > 1:
         return False, None
+    from torch_pjrt.distributed.backend import PjrtProcessGroup
+
     (name,) = names
     group = torch._C._distributed_c10d._resolve_process_group(name)
     return isinstance(group, PjrtProcessGroup), name

@@ -61,6 +61,26 @@ def coordinator_address(env: dict) -> str:
     return f"{host}:{port}"
 
 
+def free_port_pair(host: str = "127.0.0.1") -> int:
+    """A local port p with p and p + 1 free: a ``--master_port`` for torchrun on one
+    machine (torch's store on p, JAX's coordinator on p + 1, as above)."""
+    import socket
+
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+        if port >= 65535:
+            continue
+        try:
+            with socket.socket() as s:
+                s.bind((host, port + 1))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no free pair of consecutive ports for torchrun and JAX's coordinator")
+
+
 def jax_timeouts() -> dict:
     """``jax.distributed.initialize``'s timeout arguments (whole seconds) from
     ``TORCH_PJRT_INIT_TIMEOUT`` and ``TORCH_PJRT_HEARTBEAT_TIMEOUT``, where set."""
