@@ -50,17 +50,7 @@ def register() -> None:
 
 
 # SPMD in one process (torch_pjrt/distributed/spmd.py), imported on first use
-_SPMD = frozenset(
-    {
-        "Mesh",
-        "Sharding",
-        "device_mesh",
-        "distribute_module",
-        "distribute_tensor",
-        "mark_sharding",
-        "sharding_of",
-    }
-)
+_SPMD = frozenset(__all__) - {"register"}
 
 
 def __getattr__(name: str):
