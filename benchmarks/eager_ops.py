@@ -17,6 +17,8 @@ is the median over ``--rounds`` rounds, in microseconds. Columns:
               asynchronous (the round ends with ``torch.pjrt.synchronize()``).
 ``fused``     pjrt in ``torch_pjrt.mode("fused")``: each op recorded; a round's
               recording runs as one program at the closing ``synchronize()``.
+``CUDA``      CUDA PyTorch eager, asynchronous (the round ends with
+              ``torch.cuda.synchronize()``); only where PyTorch sees a CUDA GPU.
 
 Every result of a round is kept until the round ends (fused mode would otherwise skip
 the dead ones), and the default ``--repeat`` keeps the medium rows under ~150 MB.
@@ -134,6 +136,12 @@ def measure(size: int, repeat: int, rounds: int) -> dict[str, dict[str, float]]:
                     rtol=1e-4,
                     atol=1e-4,
                 )
+    if torch.cuda.is_available():
+        a, b, idx = a_cpu.cuda(), b_cpu.cuda(), idx_cpu.cuda()
+        for name, fn in cpu_ops.items():
+            rows[name]["CUDA"] = time_rounds(
+                keep(fn, a, b, idx), repeat, rounds, done(torch.cuda.synchronize)
+            )
     return rows
 
 
@@ -158,11 +166,16 @@ def main(argv: list[str] | None = None) -> int:
         rows = measure(size, args.repeat, args.rounds)
         results[label] = rows
         print(f"\n{label} ({size}x{size} float32), median us per call")
-        print(f"  {'op':8s} {'CPU':>8s} {'jnp':>8s} {'eager':>8s} {'fused':>8s} {'eager/jnp':>10s}")
+        cuda = torch.cuda.is_available()
+        print(
+            f"  {'op':8s} {'CPU':>8s} {'jnp':>8s} {'eager':>8s} {'fused':>8s} {'eager/jnp':>10s}"
+            + (f" {'CUDA':>8s}" if cuda else "")
+        )
         for name, r in rows.items():
             print(
                 f"  {name:8s} {r['CPU']:8.1f} {r['jnp']:8.1f} {r['eager']:8.1f} "
                 f"{r['fused']:8.1f} {r['eager'] / r['jnp']:10.2f}"
+                + (f" {r['CUDA']:8.1f}" if cuda else "")
             )
         ratios = [r["eager"] / r["jnp"] for r in rows.values()]
         print(f"  eager/jnp: median {statistics.median(ratios):.2f}, max {max(ratios):.2f}")

@@ -6,6 +6,13 @@ process runs on JAX's CPU platform with two devices:
 
 - ``JAX_PLATFORMS=cpu``
 - ``XLA_FLAGS`` gets ``--xla_force_host_platform_device_count=2`` appended.
+
+``TORCH_PJRT_TEST_PLATFORM`` (default ``cpu``) runs the suite on another chip instead,
+e.g. ``TORCH_PJRT_TEST_PLATFORM=cuda``: JAX sees that platform first and the CPU second
+(the CPU stays for host-side work), ``PJRT_DEVICE`` names it, and JAX allocates GPU
+memory on demand so that several pytest workers can share one card. Tests written
+for the two virtual CPU devices then meet the chip's own device count
+(``scripts/device_check.sh`` is the run used on a GPU machine).
 - ``TORCH_PJRT_CACHE=0``: no persistent compilation cache, so compile counts and times
   do not depend on earlier runs (the cache's own test turns it on in a temporary dir).
 - ``HF_HUB_OFFLINE=1``: Hugging Face models are built from small configs, never fetched.
@@ -19,9 +26,17 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 _DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 
-os.environ["JAX_PLATFORMS"] = "cpu"
+_TEST_PLATFORM = os.environ.get("TORCH_PJRT_TEST_PLATFORM", "cpu").strip().lower() or "cpu"
+if _TEST_PLATFORM == "cpu":
+    os.environ["JAX_PLATFORMS"] = "cpu"
+else:
+    os.environ["JAX_PLATFORMS"] = f"{_TEST_PLATFORM},cpu"
+    os.environ["PJRT_DEVICE"] = _TEST_PLATFORM.upper()
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 os.environ.setdefault("TORCH_PJRT_CACHE", "0")
 os.environ["HF_HUB_OFFLINE"] = "1"  # models are built from configs: nothing downloads
 _flags = os.environ.get("XLA_FLAGS", "")
@@ -40,6 +55,28 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: exhaustive runs, not in make test")
+    config.addinivalue_line(
+        "markers",
+        "devices(n): needs n pjrt devices; skipped on a test platform with fewer "
+        "(TORCH_PJRT_TEST_PLATFORM), never on the CPU, which always has 2",
+    )
+
+
+@pytest.fixture(autouse=True)
+def _enough_devices(request):
+    """The one place where tests are skipped for want of devices (``devices`` marker)."""
+    marker = request.node.get_closest_marker("devices")
+    if marker is None:
+        return
+    import torch
+
+    wanted, have = marker.args[0], torch.pjrt.device_count()
+    if have >= wanted:
+        return
+    if _TEST_PLATFORM == "cpu":
+        pytest.fail(f"needs {wanted} pjrt devices and the CPU platform has {have}: "
+                    "tests/conftest.py asks for 2 (XLA_FLAGS)")
+    pytest.skip(f"needs {wanted} pjrt devices; the {_TEST_PLATFORM} platform has {have}")
 
 
 def exhaustive(config) -> bool:

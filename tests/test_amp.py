@@ -91,7 +91,8 @@ def test_changing_precision_recompiles_a_compiled_graph(precision):
     torch.testing.assert_close(fn(a, a).cpu(), a.cpu() @ a.cpu())
     before = torch_pjrt.metrics.as_dict().get("graph_compilations", 0)
     torch.set_float32_matmul_precision("high")
-    torch.testing.assert_close(fn(a, a).cpu(), a.cpu() @ a.cpu())
+    # TensorFloat-32 on a GPU: about 1e-3 relative; the CPU stays at float32
+    torch.testing.assert_close(fn(a, a).cpu(), a.cpu() @ a.cpu(), rtol=1e-2, atol=1e-2)
     assert torch_pjrt.metrics.as_dict().get("graph_compilations", 0) == before + 1
 
 

@@ -507,6 +507,7 @@ def test_op_through_compile(key):
     assert _coverage_script().check(key, n_samples=2) in ("pass", "skip")
 
 
+@pytest.mark.devices(2)
 def test_devices_must_agree():
     f = torch.compile(lambda x, y: x + y, backend="pjrt")
     with pytest.raises(RuntimeError, match="same device"):

@@ -138,6 +138,7 @@ def _train(device, monkeypatch, tmp_path, **args):
         report_to=[],
         disable_tqdm=True,
         seed=0,
+        use_cpu=device == "cpu",  # the reference stays on the CPU on a machine with CUDA too
         **args,
     )
     try:

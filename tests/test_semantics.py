@@ -88,9 +88,8 @@ def test_reshape_copies_when_it_cannot_view():
     _same_on_both(case)
 
 
+@pytest.mark.devices(2)
 def test_copy_between_cpu_and_devices():
-    n = torch.pjrt.device_count()
-    assert n >= 2, "the test suite runs with 2 CPU devices (tests/conftest.py)"
     src = torch.randn(3, 4)
     on0 = src.to("pjrt:0")
     on1 = on0.to("pjrt:1")

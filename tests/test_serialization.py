@@ -66,6 +66,11 @@ def test_cpu_checkpoint_into_pjrt_model():
     target = torch.nn.Linear(5, 2).to("pjrt")
     target.load_state_dict(_round_trip(source.state_dict()))
     _bits_equal(target.weight, source.weight.detach())
+
+
+@pytest.mark.devices(2)
+def test_checkpoint_onto_a_named_device():
+    source = torch.nn.Linear(5, 2)
     loaded = _round_trip(source.state_dict(), map_location="pjrt:1")
     assert loaded["weight"].device == torch.device("pjrt:1")
     _bits_equal(loaded["bias"], source.bias.detach())

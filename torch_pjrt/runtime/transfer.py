@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from torch_pjrt.diagnostics import metrics
+from torch_pjrt.runtime import platform
 
 TORCH_TO_JAX = {
     torch.float32: jnp.float32,
@@ -38,7 +39,7 @@ def jax_dtype(dtype: torch.dtype):
     except KeyError:
         raise TypeError(
             f"dtype {dtype} is not supported on pjrt devices (platform "
-            f"'{jax.devices()[0].platform}'); supported: "
+            f"'{platform.current_platform()}'); supported: "
             f"{', '.join(str(d).replace('torch.', '') for d in TORCH_TO_JAX)}"
         ) from None
 
