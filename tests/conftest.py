@@ -74,8 +74,10 @@ def _enough_devices(request):
     if have >= wanted:
         return
     if _TEST_PLATFORM == "cpu":
-        pytest.fail(f"needs {wanted} pjrt devices and the CPU platform has {have}: "
-                    "tests/conftest.py asks for 2 (XLA_FLAGS)")
+        pytest.fail(
+            f"needs {wanted} pjrt devices and the CPU platform has {have}: "
+            "tests/conftest.py asks for 2 (XLA_FLAGS)"
+        )
     pytest.skip(f"needs {wanted} pjrt devices; the {_TEST_PLATFORM} platform has {have}")
 
 

@@ -132,6 +132,45 @@ def test_storage_resize_frees_and_restores_the_buffer():
     assert cpu.nbytes() == 8
 
 
+@pytest.mark.parametrize("shared_blocks", [True, False], ids=["shared", "own"])
+def test_tensor_handles_are_distinct_from_any_thread(monkeypatch, shared_blocks):
+    """Each pjrt storage gets its own fake data pointer and its own device and layout,
+    whether its handle comes from a layout's shared capsule block or a block of its
+    own (past torch_pjrt.tensor._SHARED_BLOCKS layouts), from one thread or several."""
+    import threading
+
+    from torch_pjrt import tensor as pjrt_tensor
+
+    if not shared_blocks:
+        monkeypatch.setattr(pjrt_tensor, "_SHARED_BLOCKS", 0)
+        pjrt_tensor._template.cache_clear()
+        pjrt_tensor._WRAP_LAYOUTS.clear()
+    made = []
+
+    def work(seed):
+        g = torch.Generator().manual_seed(seed)
+        for i in range(200):
+            x = torch.randn(3, 1 + i % 4, generator=g)
+            y = x.to("pjrt") * 2
+            made.append((y, x * 2))
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        pointers = {y.untyped_storage().data_ptr() for y, _ in made}
+        assert len(pointers) == len(made) == 800
+        for y, ref in made:
+            assert y.device == torch.device("pjrt:0") and y.shape == ref.shape
+            torch.testing.assert_close(y.cpu(), ref)
+        assert torch.ones(2, 5, device="pjrt").stride() == (5, 1)
+    finally:
+        pjrt_tensor._template.cache_clear()
+        pjrt_tensor._WRAP_LAYOUTS.clear()
+
+
 def test_manual_seed_makes_random_ops_reproducible():
     torch.manual_seed(1234)
     a = torch.rand(5, device="pjrt").cpu()

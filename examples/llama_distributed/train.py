@@ -332,7 +332,7 @@ def latest_checkpoint(root: Path) -> Path | None:
 
 
 def train(args: argparse.Namespace) -> list[float]:
-    rank, world = dist.get_rank(), dist.get_world_size()
+    world = dist.get_world_size()
     args.dp = args.dp or world // args.tp
     check_sizes(args, world)
     two_d = args.dp > 1 and args.tp > 1
