@@ -43,11 +43,10 @@ import platform
 import re
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-from torch_pjrt.distributed.launch import free_port_pair
+from torch_pjrt.distributed.launch import local_cpu_env, local_torchrun_command
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "llama_distributed" / "train.py"
@@ -59,21 +58,10 @@ RESULT = "ALLREDUCE_RESULT "
 # --- launching --------------------------------------------------------------------------
 
 
-def _env() -> dict:
-    env = dict(os.environ)
-    env.update(JAX_PLATFORMS="cpu", PJRT_DEVICE="CPU")
-    # one CPU device per process
-    flags = [f for f in env.get("XLA_FLAGS", "").split() if "device_count" not in f]
-    env["XLA_FLAGS"] = " ".join(flags)
-    for name in ("TORCH_PJRT_CPU_DEVICES", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
-        env.pop(name, None)
-    return env
-
-
 def torchrun(nproc: int, *args: str, timeout: float = 1200) -> str:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc)]
-    cmd += ["--master_addr", "127.0.0.1", "--master_port", str(free_port_pair()), *args]
-    done = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=timeout)
+    """``args`` under torchrun with ``nproc`` processes, one CPU device each; the output."""
+    cmd = local_torchrun_command(nproc, *args)
+    done = subprocess.run(cmd, env=local_cpu_env(), capture_output=True, text=True, timeout=timeout)
     output = done.stdout + done.stderr
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{output[-4000:]}")

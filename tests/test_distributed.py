@@ -7,7 +7,6 @@ one JAX process with one CPU device; JAX's gloo collectives carry the data betwe
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -17,7 +16,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from torch_pjrt.distributed.launch import free_port_pair
+from torch_pjrt.distributed.launch import local_cpu_env, local_torchrun_command
 
 SCRIPTS = Path(__file__).parent / "distributed_scripts"
 WORKER = SCRIPTS / "collectives_worker.py"
@@ -27,35 +26,11 @@ PARALLEL_WORKER = SCRIPTS / "parallel_worker.py"
 CHECKPOINT_WORKER = SCRIPTS / "checkpoint_worker.py"
 
 
-def _child_env() -> dict:
-    env = dict(os.environ)
-    env["JAX_PLATFORMS"] = "cpu"
-    env["PJRT_DEVICE"] = "CPU"
-    # one CPU device per process: conftest's forced device count must not leak in
-    flags = [f for f in env.get("XLA_FLAGS", "").split() if "device_count" not in f]
-    env["XLA_FLAGS"] = " ".join(flags)
-    env.pop("TORCH_PJRT_CPU_DEVICES", None)
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(name, None)
-    return env
-
-
 def _launch(nproc: int, script: Path, *args: str, timeout: float = 300) -> str:
-    """Run ``script`` under ``python -m torch.distributed.run``; its output (checked rc 0)."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        str(nproc),
-        "--master_addr",
-        "127.0.0.1",
-        "--master_port",
-        str(free_port_pair()),
-        str(script),
-        *args,
-    ]
-    done = subprocess.run(cmd, env=_child_env(), capture_output=True, text=True, timeout=timeout)
+    """Run ``script`` under ``python -m torch.distributed.run``; its output (checked rc 0).
+    One CPU device per process: conftest's forced device count does not leak in."""
+    cmd = local_torchrun_command(nproc, str(script), *args)
+    done = subprocess.run(cmd, env=local_cpu_env(), capture_output=True, text=True, timeout=timeout)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-6000:]
     return output
@@ -173,7 +148,7 @@ def _checkpoint_round_trip(tmp_path, saved_on: str, loads: list[tuple[int, str]]
         if nproc == 1:
             done = subprocess.run(
                 [sys.executable, str(CHECKPOINT_WORKER), "load", path, device],
-                env=_child_env(),
+                env=local_cpu_env(),
                 capture_output=True,
                 text=True,
                 timeout=300,

@@ -16,8 +16,8 @@ from datetime import timedelta
 
 import pytest
 
-from tests.test_distributed import SCRIPTS, _child_env
-from torch_pjrt.distributed.launch import free_port_pair
+from tests.test_distributed import SCRIPTS
+from torch_pjrt.distributed.launch import free_port_pair, local_cpu_env, local_torchrun_command
 
 WORKER = SCRIPTS / "faults_worker.py"
 TIMEOUT_S = 10  # the group's timeout (init_process_group(timeout=...))
@@ -29,7 +29,7 @@ def _ranks(scenario: str, nproc: int = 2, timeout_s: float = TIMEOUT_S, limit: f
     procs = []
     start = time.monotonic()
     for rank in range(nproc):
-        env = _child_env()
+        env = local_cpu_env()
         env.update(
             RANK=str(rank),
             LOCAL_RANK=str(rank),
@@ -122,24 +122,9 @@ def test_hung_rank_times_out():
 @pytest.mark.slow
 def test_under_torchrun_the_survivor_reports_the_failed_rank():
     """torchrun tears the job down when a worker fails; the survivor's error comes first."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--max-restarts",
-        "0",
-        "--master_addr",
-        "127.0.0.1",
-        "--master_port",
-        str(free_port_pair()),
-        str(WORKER),
-        "raise",
-        str(TIMEOUT_S),
-    ]
+    cmd = local_torchrun_command(2, "--max-restarts", "0", str(WORKER), "raise", str(TIMEOUT_S))
     start = time.monotonic()
-    done = subprocess.run(cmd, env=_child_env(), capture_output=True, text=True, timeout=120)
+    done = subprocess.run(cmd, env=local_cpu_env(), capture_output=True, text=True, timeout=120)
     wall = time.monotonic() - start
     output = done.stdout + done.stderr
     assert done.returncode != 0

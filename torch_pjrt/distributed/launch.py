@@ -81,6 +81,34 @@ def free_port_pair(host: str = "127.0.0.1") -> int:
     raise RuntimeError("no free pair of consecutive ports for torchrun and JAX's coordinator")
 
 
+def local_cpu_env(base: dict | None = None) -> dict:
+    """``base`` (default: this process's environment) for ranks started on this machine
+    on JAX's CPU platform with one device each: the platform named, any forced CPU
+    device count dropped, and an enclosing launch's rank variables removed (tests and
+    benchmarks launch several processes on one host this way)."""
+    env = dict(os.environ if base is None else base)
+    env.update(JAX_PLATFORMS="cpu", PJRT_DEVICE="CPU")
+    flags = [f for f in env.get("XLA_FLAGS", "").split() if "device_count" not in f]
+    env["XLA_FLAGS"] = " ".join(flags)
+    for name in (
+        "TORCH_PJRT_CPU_DEVICES", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
+    ):  # fmt: skip
+        env.pop(name, None)
+    return env
+
+
+def local_torchrun_command(nproc: int, *args: str) -> list[str]:
+    """``python -m torch.distributed.run`` with ``nproc`` processes on this machine, on a
+    free port pair (:func:`free_port_pair`), then ``args`` (the script and its
+    arguments)."""
+    import sys
+
+    return [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
+        "--master_addr", "127.0.0.1", "--master_port", str(free_port_pair()), *args,
+    ]  # fmt: skip
+
+
 def jax_timeouts() -> dict:
     """``jax.distributed.initialize``'s timeout arguments (whole seconds) from
     ``TORCH_PJRT_INIT_TIMEOUT`` and ``TORCH_PJRT_HEARTBEAT_TIMEOUT``, where set."""
