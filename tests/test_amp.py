@@ -17,6 +17,7 @@ import torch_pjrt
 from torch_pjrt.ops import autocast
 from torch_pjrt.ops import linalg as pjrt_linalg
 from torch_pjrt.ops import nn as pjrt_nn
+from torch_pjrt.ops import registry
 
 LOW = [torch.bfloat16, torch.float16]
 
@@ -64,6 +65,47 @@ def test_matmul_precision_reaches_the_program(precision, setting, expected):
 def test_default_precision_is_full_float32():
     assert torch.get_float32_matmul_precision() == "highest"
     assert pjrt_linalg.matmul_precision() == jax.lax.Precision.HIGHEST
+
+
+@pytest.mark.parametrize("setting", ["highest", "medium"])
+def test_products_left_to_jax_are_full_precision(precision, tmp_path, setting):
+    """JAX's own default precision is TF32 on recent NVIDIA GPUs and one bfloat16 pass
+    on TPU: a product a lowering leaves to JAX (inside jnp.linalg or jax.scipy, or
+    written without precision=) is traced at "highest" in eager and compiled programs
+    (registry.traced_at_full_precision), while user-level products follow the setting."""
+    torch.set_float32_matmul_precision(setting)
+    user = {"highest": {"HIGHEST"}, "medium": {"DEFAULT"}}[setting]
+
+    def lowering(self, mat2):  # a product with no precision= of its own, and mm's
+        return jnp.matmul(self, mat2) + pjrt_linalg.matmul_acc(self, mat2)
+
+    kernel = registry.Kernel(torch.ops.aten.mm.default, registry.Lowering(lowering))
+    a = torch.randn(4, 4, device="pjrt")
+    torch.testing.assert_close(kernel(a, a).cpu(), 2 * (a.cpu() @ a.cpu()))
+    (program,) = kernel.cache.values()
+    arr = torch_pjrt.tensor.read(a)
+    text = program.lower([arr, arr], [], None).as_text()
+    dots = re.findall(r"precision = \[(\w+), (\w+)\]", text)
+    assert sorted(p for p, _ in dots) == sorted(["HIGHEST", *user]), text
+
+    # a compiled graph: ldl_solve's eliminations are products without precision=
+    A = torch.randn(5, 5)
+    A = A @ A.T + 5 * torch.eye(5)
+    LD, pivots = torch.linalg.ldl_factor(A)
+    B = torch.randn(5, 2)
+    torch_pjrt.compile.dump_graphs(tmp_path)
+    try:
+        f = torch.compile(
+            lambda ld, p, b, x: (torch.linalg.ldl_solve(ld, p, b), x @ x), backend="pjrt"
+        )
+        got = f(LD.to("pjrt"), pivots.to("pjrt"), B.to("pjrt"), A.to("pjrt"))
+    finally:
+        torch_pjrt.compile.dump_graphs(None)
+        torch._dynamo.reset()
+    torch.testing.assert_close(got[0].cpu(), torch.linalg.ldl_solve(LD, pivots, B))
+    text = "".join(f.read_text() for f in tmp_path.glob("*.stablehlo.mlir"))
+    found = {p for pair in re.findall(r"precision = \[(\w+), (\w+)\]", text) for p in pair}
+    assert found == {"HIGHEST", *user}, text
 
 
 @pytest.mark.parametrize("mode", ["eager", "fused"])

@@ -26,7 +26,13 @@ from torch_pjrt import runtime
 from torch_pjrt.compile import buckets
 from torch_pjrt.diagnostics import metrics
 from torch_pjrt.modes import fused
-from torch_pjrt.ops.registry import Lowering, Signature, graph_lookup, lookup
+from torch_pjrt.ops.registry import (
+    Lowering,
+    Signature,
+    graph_lookup,
+    lookup,
+    traced_at_full_precision,
+)
 from torch_pjrt.tensor import cell_of, keep_layout, new_tensor, read, whole, wrap, write
 
 aten = torch.ops.aten
@@ -370,7 +376,7 @@ class GraphProgram:
         if self.group_name is not None:  # one rank's graph, as the group's SPMD program
             run = _spmd_collectives.spmd(run, key[-1])
             run.__name__ = self.name
-        jitted = jax.jit(run, donate_argnums=(0,) if "d" in kinds else ())
+        jitted = jax.jit(traced_at_full_precision(run), donate_argnums=(0,) if "d" in kinds else ())
         self._static_outputs[key] = record
         self._jitted[key] = jitted
         return jitted
@@ -598,7 +604,7 @@ class GraphProgram:
             return self._evaluate_padded(values, lengths, rng, record, input_factors)
 
         run.__name__ = run.__qualname__ = self.name
-        jitted = jax.jit(run)
+        jitted = jax.jit(traced_at_full_precision(run))
         self._static_outputs[key] = record
         self._jitted[key] = jitted
         return jitted

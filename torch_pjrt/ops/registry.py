@@ -11,6 +11,7 @@ wrapping the results. In-place and ``out=`` variants are derived from the schema
 from __future__ import annotations
 
 import dataclasses
+import functools
 import keyword
 import logging
 import time
@@ -297,6 +298,24 @@ def _device_scalar(v):
     return found
 
 
+def traced_at_full_precision(fn):
+    """``fn`` for ``jax.jit``: while it traces, JAX's default precision of float32
+    products is "highest". JAX's own default is fast (TF32 on recent NVIDIA GPUs, one
+    bfloat16 pass on TPU), so a product a lowering leaves to JAX (inside a ``jnp.linalg``
+    or ``jax.scipy`` function, or written without ``precision=``) would otherwise be
+    less precise there than on the CPU. User-level products carry
+    ``ops.linalg.matmul_precision()`` explicitly and keep following
+    ``torch.set_float32_matmul_precision``. Every eager, fused and compiled program is
+    traced through this."""
+
+    @functools.wraps(fn)
+    def traced(*args, **kwargs):
+        with jax.default_matmul_precision("highest"):
+            return fn(*args, **kwargs)
+
+    return traced
+
+
 def _signature(sig: Signature, statics, arrays, scalars) -> list:
     """(label, value) pairs describing one traced call, for compilation causes."""
     out = [(f"argument {sig.names[i]}", v) for i, v in zip(sig.statics, statics)]
@@ -382,7 +401,7 @@ class Kernel:
                 kwargs["key"] = jax.random.fold_in(jax.random.key(rng[0]), rng[1])
             return fn(**kwargs)
 
-        program = jax.jit(run)
+        program = jax.jit(traced_at_full_precision(run))
         self.cache[key] = program
         return program
 
