@@ -14,10 +14,9 @@ import torch
 import torch.nn.functional as F
 
 import torch_pjrt
-from torch_pjrt.ops import autocast
+from torch_pjrt.ops import autocast, registry
 from torch_pjrt.ops import linalg as pjrt_linalg
 from torch_pjrt.ops import nn as pjrt_nn
-from torch_pjrt.ops import registry
 
 LOW = [torch.bfloat16, torch.float16]
 
