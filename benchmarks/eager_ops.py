@@ -20,17 +20,22 @@ is the median over ``--rounds`` rounds, in microseconds. Columns:
 ``CUDA``      CUDA PyTorch eager, asynchronous (the round ends with
               ``torch.cuda.synchronize()``); only where PyTorch sees a CUDA GPU.
 
+``eager/jnp`` the ratio the op-coverage issue targets (at most 3): the median, over the
+              rounds, of the eager round's time over the jnp round's just before it.
+
 Every result of a round is kept until the round ends (fused mode would otherwise skip
 the dead ones), and the default ``--repeat`` keeps the medium rows under ~150 MB.
-``eager/jnp`` the ratio the op-coverage issue targets (at most 3).
 
 Sizes: ``small`` (8x8) shows the fixed cost per call; ``medium`` (256x256) adds real
-work. Machines are noisy: the load average is printed at the start and the end.
+work. Machines are noisy: the rounds of an op alternate between the columns (CPU, jnp,
+eager, fused, CPU, jnp, ...), so that a burst of load from elsewhere lands on every
+column rather than on one, and the load average is printed at the start and the end.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import pathlib
@@ -70,26 +75,38 @@ def ops(xp, is_jax: bool) -> dict[str, Callable]:
     }
 
 
-def time_rounds(fn: Callable[[], None], repeat: int, rounds: int, finish: Callable) -> float:
-    """Median microseconds per call of ``fn`` over ``rounds`` rounds of ``repeat`` calls."""
-    for _ in range(repeat):  # warm up with a whole round: compile, fill caches
+def _round(fn: Callable[[], None], repeat: int, finish: Callable) -> float:
+    """Microseconds per call of ``fn`` over one round of ``repeat`` calls."""
+    start = time.perf_counter()
+    for _ in range(repeat):
         fn()
     finish()
-    times = []
+    return (time.perf_counter() - start) / repeat * 1e6
+
+
+def time_interleaved(variants: dict, repeat: int, rounds: int) -> dict[str, list[float]]:
+    """Per-round microseconds per call of each variant (name -> (fn, finish, context)).
+
+    Each variant is warmed up with a whole round (compile, fill caches); then the rounds
+    alternate between the variants, so that a burst of load on a shared machine lands
+    on all of them rather than on one column."""
+    for fn, finish, context in variants.values():
+        with context():
+            _round(fn, repeat, finish)
+    times: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(repeat):
-            fn()
-        finish()
-        times.append((time.perf_counter() - start) / repeat * 1e6)
-    return statistics.median(times)
+        for name, (fn, finish, context) in variants.items():
+            with context():
+                times[name].append(_round(fn, repeat, finish))
+    return times
 
 
 def measure(size: int, repeat: int, rounds: int) -> dict[str, dict[str, float]]:
+    """op -> column -> median us per call, and ``eager/jnp``: the median over rounds of
+    the ratio within a round (the two measured back to back)."""
     g = torch.Generator().manual_seed(0)
     a_cpu, b_cpu = torch.randn(size, size, generator=g), torch.randn(size, size, generator=g)
     idx_cpu = torch.randint(0, size, (size // 2,), generator=g)
-    rows: dict[str, dict[str, float]] = {}
     # every result of a round is kept until the round ends, so that none is dead code
     # (fused mode would otherwise compute only the last)
     kept: list = []
@@ -107,41 +124,46 @@ def measure(size: int, repeat: int, rounds: int) -> dict[str, dict[str, float]]:
 
         return run
 
-    cpu_ops = ops(torch, False)
+    def mode(name: str) -> Callable:
+        return lambda: torch_pjrt.mode(name)
+
+    cpu_ops, jax_ops = ops(torch, False), ops(jnp, True)
     a_j, b_j, i_j = (jnp.asarray(t.numpy()) for t in (a_cpu, b_cpu, idx_cpu))
-    jax_ops = ops(jnp, True)
-    for name in cpu_ops:
-        rows[name] = {
-            "CPU": time_rounds(
-                keep(cpu_ops[name], a_cpu, b_cpu, idx_cpu), repeat, rounds, done(_none)
-            ),
-            "jnp": time_rounds(
-                keep(jax_ops[name], a_j, b_j, i_j),
-                repeat,
-                rounds,
-                done(lambda: jax.block_until_ready(kept)),
-            ),
-        }
     a, b, idx = a_cpu.to("pjrt"), b_cpu.to("pjrt"), idx_cpu.to("pjrt")
-    for mode in ("eager", "fused"):
-        with torch_pjrt.mode(mode):
-            for name, fn in cpu_ops.items():
-                rows[name][mode] = time_rounds(
-                    keep(fn, a, b, idx), repeat, rounds, done(torch.pjrt.synchronize)
-                )
-                # the answer is right, not just fast
+    cuda = torch.cuda.is_available()
+    if cuda:
+        a_c, b_c, i_c = a_cpu.cuda(), b_cpu.cuda(), idx_cpu.cuda()
+    rows: dict[str, dict[str, float]] = {}
+    for name, fn in cpu_ops.items():
+        for m in ("eager", "fused"):  # the answer is right, not just fast
+            with torch_pjrt.mode(m):
                 np.testing.assert_allclose(
                     fn(a, b, idx).cpu().numpy(),
                     fn(a_cpu, b_cpu, idx_cpu).numpy(),
                     rtol=1e-4,
                     atol=1e-4,
                 )
-    if torch.cuda.is_available():
-        a, b, idx = a_cpu.cuda(), b_cpu.cuda(), idx_cpu.cuda()
-        for name, fn in cpu_ops.items():
-            rows[name]["CUDA"] = time_rounds(
-                keep(fn, a, b, idx), repeat, rounds, done(torch.cuda.synchronize)
+        variants = {
+            "CPU": (keep(fn, a_cpu, b_cpu, idx_cpu), done(_none), contextlib.nullcontext),
+            "jnp": (
+                keep(jax_ops[name], a_j, b_j, i_j),
+                done(lambda: jax.block_until_ready(kept)),
+                contextlib.nullcontext,
+            ),
+            "eager": (keep(fn, a, b, idx), done(torch.pjrt.synchronize), mode("eager")),
+            "fused": (keep(fn, a, b, idx), done(torch.pjrt.synchronize), mode("fused")),
+        }
+        if cuda:
+            variants["CUDA"] = (
+                keep(fn, a_c, b_c, i_c),
+                done(torch.cuda.synchronize),
+                contextlib.nullcontext,
             )
+        times = time_interleaved(variants, repeat, rounds)
+        rows[name] = {column: statistics.median(t) for column, t in times.items()}
+        rows[name]["eager/jnp"] = statistics.median(
+            e / j for e, j in zip(times["eager"], times["jnp"])
+        )
     return rows
 
 
@@ -152,7 +174,7 @@ def _none() -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=500, help="calls per round")
-    parser.add_argument("--rounds", type=int, default=5, help="rounds (the median is kept)")
+    parser.add_argument("--rounds", type=int, default=9, help="rounds (the median is kept)")
     parser.add_argument("--json", type=pathlib.Path, help="also write the results here")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -174,10 +196,9 @@ def main(argv: list[str] | None = None) -> int:
         for name, r in rows.items():
             print(
                 f"  {name:8s} {r['CPU']:8.1f} {r['jnp']:8.1f} {r['eager']:8.1f} "
-                f"{r['fused']:8.1f} {r['eager'] / r['jnp']:10.2f}"
-                + (f" {r['CUDA']:8.1f}" if cuda else "")
+                f"{r['fused']:8.1f} {r['eager/jnp']:10.2f}" + (f" {r['CUDA']:8.1f}" if cuda else "")
             )
-        ratios = [r["eager"] / r["jnp"] for r in rows.values()]
+        ratios = [r["eager/jnp"] for r in rows.values()]
         print(f"  eager/jnp: median {statistics.median(ratios):.2f}, max {max(ratios):.2f}")
     print("\nload average at end: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     if args.json:
