@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import pathlib
@@ -76,12 +77,20 @@ def ops(xp, is_jax: bool) -> dict[str, Callable]:
 
 
 def _round(fn: Callable[[], None], repeat: int, finish: Callable) -> float:
-    """Microseconds per call of ``fn`` over one round of ``repeat`` calls."""
-    start = time.perf_counter()
-    for _ in range(repeat):
-        fn()
-    finish()
-    return (time.perf_counter() - start) / repeat * 1e6
+    """Microseconds per call of ``fn`` over one round of ``repeat`` calls, with Python's
+    cyclic garbage collector collected before and paused during the round, as
+    ``timeit`` does: its passes cost in proportion to the whole heap, so they would
+    land on whichever column happens to cross a threshold."""
+    gc.collect()
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        for _ in range(repeat):
+            fn()
+        finish()
+        return (time.perf_counter() - start) / repeat * 1e6
+    finally:
+        gc.enable()
 
 
 def time_interleaved(variants: dict, repeat: int, rounds: int) -> dict[str, list[float]]:
