@@ -46,7 +46,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from torch_pjrt.distributed.launch import local_cpu_env, local_torchrun_command
+from torch_pjrt.runtime.launch import local_cpu_env, local_torchrun_command
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "llama_distributed" / "train.py"

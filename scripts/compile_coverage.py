@@ -1,7 +1,7 @@
 """Every OpInfo op through ``torch.compile(backend="pjrt")``, against CPU eager.
 
 For each ``op_db`` entry that passes eagerly on pjrt (not listed in
-``tests/op_expectations.py``), the first samples are run through one compiled function
+``tests/expectations.py``), the first samples are run through one compiled function
 (the same one for every sample, so later samples also exercise Dynamo's automatic
 dynamic shapes and the bucket padding of ``torch_pjrt/compile/buckets.py``) with
 ``TORCH_PJRT_FALLBACK=error``, and compared with the CPU like ``tests/test_ops.py``.
@@ -74,9 +74,9 @@ def check(key: str, n_samples: int) -> str:
 
 def keys(patterns: str | None) -> list[str]:
     import test_ops as T
-    from op_expectations import SHAPE_ONLY, SKIP, XFAIL
+    from expectations import SHAPE_ONLY, SKIP, XFAIL, XFAIL_EAGER, XFAIL_FUSED
 
-    excluded = set(SKIP) | set(XFAIL) | set(SHAPE_ONLY)
+    excluded = set(SKIP) | set(XFAIL) | set(XFAIL_EAGER) | set(XFAIL_FUSED) | set(SHAPE_ONLY)
     found = [k for k in sorted(T.ops_by_key()) if k not in excluded]
     if patterns:
         globs = [p.strip() for p in patterns.split(",")]
@@ -96,7 +96,7 @@ def main(argv=None) -> int:
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--json", metavar="PATH")
     opts = p.parse_args(argv)
-    import op_expectations  # noqa: F401  (fail early if tests/ is not importable)
+    import expectations  # noqa: F401  (fail early if tests/ is not importable)
 
     selected = keys(opts.ops)
     ctx = multiprocessing.get_context("spawn")

@@ -13,8 +13,8 @@ JUnit XML and writes the table. Usage::
 Columns: forward (the main output and the loss within 1e-4), backward (every gradient,
 then one AdamW step), generate (greedy tokens equal to CPU's, eager, dynamic and static
 cache), compiled (the same under ``torch.compile(backend="pjrt")``). A cell is ``pass``,
-``FAIL`` or ``xfail`` (a known failure listed in the test file, with its reason in the
-notes); ``-`` where the case does not apply.
+``FAIL`` or ``xfail`` (a known failure listed in ``tests/expectations.py``, with its
+reason in the notes); ``-`` where the case does not apply.
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def table(results: dict[str, tuple[str, str]]) -> tuple[list[dict], list[str]]:
 
 def _combine(results, name: str, mode: str, notes: list) -> str:
     """One cell for both caches of a decoder family in ``mode``."""
-    from tests import hf_families
+    from tests import expectations
 
     statuses = []
     for cache in ("dynamic", "static"):
@@ -127,7 +127,8 @@ def _combine(results, name: str, mode: str, notes: list) -> str:
         if outcome == "FAIL":
             notes.append(f"{cache} cache, {mode}: {(message.splitlines() or [''])[0][:120]}")
         elif outcome == "xfail":
-            notes.append(f"{cache} cache, {mode}: {hf_families.XFAIL_GENERATE.get(case, message)}")
+            reason = expectations.XFAIL_HF_GENERATE.get(case, message)
+            notes.append(f"{cache} cache, {mode}: {reason}")
     if all(s == "pass" for s in statuses):
         return "pass"
     return " / ".join(f"{c}: {s}" for c, s in zip(("dynamic", "static"), statuses))

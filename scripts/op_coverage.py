@@ -11,6 +11,9 @@ with the same sample generation and comparison as ``tests/test_ops.py``:
 - float32 gradients, for ops that support autograd: every sample (a random cotangent
   through ``torch.autograd.grad``, as ``tests/test_ops.py::test_grad`` does).
 
+all in fused mode (the default), and the test dtype's first 3 samples and the first 2
+gradient samples in eager mode too (what ``make test`` runs in each mode),
+
 and writes ``docs/op_coverage.md`` (summary and per-op table). Usage::
 
     .venv/bin/python scripts/op_coverage.py                      # all ops, 2 processes
@@ -20,11 +23,12 @@ and writes ``docs/op_coverage.md`` (summary and per-op table). Usage::
     .venv/bin/python scripts/op_coverage.py --print-expectations # print them instead
     .venv/bin/python scripts/op_coverage.py --dtypes '' --write-expectations  # xfails only, faster
 
-``--write-expectations`` rewrites the GENERATED block of ``tests/op_expectations.py``
-(XFAIL: ops failing within the first 3 samples of their test dtype; XFAIL_EXHAUSTIVE:
-ops failing only on a later sample; XFAIL_GRAD and XFAIL_GRAD_EXHAUSTIVE the same for
-gradients, with ``make test``'s first 2 samples). With ``--ops`` only the selected ops'
-entries change.
+``--write-expectations`` rewrites the GENERATED block of ``tests/expectations.py``
+(XFAIL: ops failing within the first 3 samples of their test dtype in both modes;
+XFAIL_EAGER and XFAIL_FUSED: in one mode only; XFAIL_EXHAUSTIVE: ops failing only on a
+later sample, in fused mode; XFAIL_GRAD, XFAIL_GRAD_EAGER, XFAIL_GRAD_FUSED and
+XFAIL_GRAD_EXHAUSTIVE the same for gradients, with ``make test``'s first 2 samples).
+With ``--ops`` only the selected ops' entries change.
 """
 
 from __future__ import annotations
@@ -56,11 +60,12 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from tests import op_expectations as E  # noqa: E402
+import torch_pjrt  # noqa: E402
+from tests import expectations as E  # noqa: E402
 from tests import test_ops as T  # noqa: E402
 
 DOC = ROOT / "docs" / "op_coverage.md"
-EXPECTATIONS = ROOT / "tests" / "op_expectations.py"
+EXPECTATIONS = ROOT / "tests" / "expectations.py"
 COLUMNS = {
     "float32": torch.float32,
     "float64": torch.float64,
@@ -82,11 +87,11 @@ def _dtype_name(dtype) -> str:
 # --- running (in worker processes) ----------------------------------------------------
 
 
-def _run(op, dtype, limit, shape_only, grad=False) -> dict:
+def _run(op, dtype, limit, shape_only, grad=False, mode=T.DEFAULT_MODE) -> dict:
     start, cpu_start = time.perf_counter(), time.process_time()
     entry = {"limit": limit}
     try:
-        with T.time_limit(TIMEOUT):
+        with T.time_limit(TIMEOUT), torch_pjrt.mode(mode):
             if grad:
                 total, compared = T.check_grad(op, limit)
             else:
@@ -138,6 +143,7 @@ def run_op(key: str, extra_dtypes=tuple(COLUMNS), grad: bool = True) -> dict:
     supported = T.cpu_dtypes(op)
     if primary is not None:
         result["runs"][_dtype_name(primary)] = _run(op, primary, None, shape_only)
+        result["eager"] = _run(op, primary, T.QUICK_SAMPLES, shape_only, mode="eager")
         if not shape_only:
             result["cpu_nondeterministic"] = _nondeterministic(op, primary)
     for name, dtype in COLUMNS.items():
@@ -145,6 +151,9 @@ def run_op(key: str, extra_dtypes=tuple(COLUMNS), grad: bool = True) -> dict:
             result["runs"][name] = _run(op, dtype, T.QUICK_SAMPLES, shape_only)
     if grad and T.grad_eligible(op) and not shape_only:
         result["grad"] = _run(op, torch.float32, None, False, grad=True)
+        result["grad_eager"] = _run(
+            op, torch.float32, T.GRAD_SAMPLES, False, grad=True, mode="eager"
+        )
     return result
 
 
@@ -257,7 +266,8 @@ def write_doc(results, summary, meta, path: Path) -> None:
         f"- **float32 gradients: {s['grad_pass']} / {s['grad_ops']}** ops that support "
         f"autograd pass every sample (**{s['grad_percent']}%**; a random cotangent through "
         "`torch.autograd.grad`, column `grad`)",
-        f"- skipped (not comparable, `SKIP` in tests/op_expectations.py): {s['skipped']}",
+        f"- skipped (not comparable, `SKIP` in tests/expectations.py): {s['skipped']}",
+        *_mode_lines(results),
         "",
         "| dtype | ops passing | ops run | samples |",
         "|---|---|---|---|",
@@ -317,37 +327,94 @@ BEGIN = "# --- BEGIN GENERATED (scripts/op_coverage.py --write-expectations) ---
 END = "# --- END GENERATED ---"
 
 
-def expectations(results) -> tuple[dict, dict, dict, dict]:
-    """Fresh (XFAIL, XFAIL_EXHAUSTIVE, XFAIL_GRAD, XFAIL_GRAD_EXHAUSTIVE), merged with the
-    current ones for ops not run."""
-    ran = {r["op"] for r in results}
-    ran_grad = {r["op"] for r in results if "grad" in r}
-    xfail = {k: v for k, v in E.XFAIL.items() if k not in ran}
-    exhaustive = {k: v for k, v in E.XFAIL_EXHAUSTIVE.items() if k not in ran}
-    xfail_grad = {k: v for k, v in E.XFAIL_GRAD.items() if k not in ran_grad}
-    exhaustive_grad = {k: v for k, v in E.XFAIL_GRAD_EXHAUSTIVE.items() if k not in ran_grad}
+# the generated tables, in order: (name, which run, kind); a kind is "both" (fails the
+# first samples in both modes), a mode (in that mode only) or "later" (fused, past them)
+TABLES = (
+    ("XFAIL", "runs", "both"),
+    ("XFAIL_EXHAUSTIVE", "runs", "later"),
+    ("XFAIL_EAGER", "runs", "eager"),
+    ("XFAIL_FUSED", "runs", "fused"),
+    ("XFAIL_GRAD", "grad", "both"),
+    ("XFAIL_GRAD_EXHAUSTIVE", "grad", "later"),
+    ("XFAIL_GRAD_EAGER", "grad", "eager"),
+    ("XFAIL_GRAD_FUSED", "grad", "fused"),
+)
+
+
+def expectations(results) -> dict[str, dict]:
+    """Fresh generated tables (:data:`TABLES`) by name, merged with the current ones for
+    ops not run."""
+    ran = {"runs": {r["op"] for r in results}, "grad": {r["op"] for r in results if "grad" in r}}
+    tables = {
+        name: {k: v for k, v in getattr(E, name).items() if k not in ran[run]}
+        for name, run, _ in TABLES
+    }
     for r in results:
         td = r.get("test_dtype")
         if "skip" in r or not td:
             continue
-        _expect(r["op"], r["runs"][td], T.QUICK_SAMPLES, xfail, exhaustive)
-        if "grad" in r:
-            _expect(r["op"], r["grad"], T.GRAD_SAMPLES, xfail_grad, exhaustive_grad)
+        for run, quick in (("runs", T.QUICK_SAMPLES), ("grad", T.GRAD_SAMPLES)):
+            if run not in r:
+                continue
+            fused = r["runs"][td] if run == "runs" else r["grad"]
+            eager = r.get("eager" if run == "runs" else "grad_eager")
+            for kind, reason in _outcomes(fused, eager, quick):
+                name = next(n for n, which, k in TABLES if which == run and k == kind)
+                tables[name][r["op"]] = reason
     order = {k: i for i, k in enumerate(T.ops_by_key())}
     sort = lambda d: dict(sorted(d.items(), key=lambda kv: order.get(kv[0], 1 << 30)))  # noqa: E731
-    return sort(xfail), sort(exhaustive), sort(xfail_grad), sort(exhaustive_grad)
+    return {name: sort(table) for name, table in tables.items()}
 
 
-def _expect(key: str, run: dict, quick: int, xfail: dict, exhaustive: dict) -> None:
-    """Enter one run's failure in the table ``make test`` sees or the exhaustive one."""
-    if run["status"] == "fail":
-        reason = _reason(run["error"])
-        if run["first_failure"] < quick:
-            xfail[key] = reason
-        else:
-            exhaustive[key] = f"sample {run['first_failure']}: {reason}"
-    elif run["status"] in ("timeout", "error"):
-        xfail[key] = _reason(run["error"])
+def _quick_failure(run: dict | None, quick: int) -> str | None:
+    """The reason ``run`` fails within its first ``quick`` samples, else None."""
+    if run is None:
+        return None
+    if run["status"] == "fail" and run["first_failure"] < quick:
+        return _reason(run["error"])
+    if run["status"] in ("timeout", "error"):
+        return _reason(run["error"])
+    return None
+
+
+def _outcomes(fused: dict, eager: dict | None, quick: int) -> list[tuple[str, str]]:
+    """(kind, reason) of each table an op's fused run (every sample) and eager run (the
+    first ``quick``) enter: see :data:`TABLES`. Without an eager run (results of an older
+    --json), eager is taken to agree with fused."""
+    in_fused = _quick_failure(fused, quick)
+    in_eager = in_fused if eager is None else _quick_failure(eager, quick)
+    found = []
+    if in_fused and in_eager:
+        found.append(("both", in_fused))
+    elif in_fused or in_eager:
+        found.append(("fused", in_fused) if in_fused else ("eager", in_eager))
+    if not in_fused and fused["status"] == "fail":
+        found.append(("later", f"sample {fused['first_failure']}: {_reason(fused['error'])}"))
+    return found
+
+
+def _mode_lines(results) -> list[str]:
+    """The doc's summary of eager against fused (empty for results without eager runs)."""
+    pairs = [
+        (r["op"], fused, r[eager])
+        for r in results
+        if "skip" not in r and r.get("test_dtype")
+        for fused, eager in ((r["runs"][r["test_dtype"]], "eager"), (r.get("grad"), "grad_eager"))
+        if eager in r
+    ]
+    if not pairs:
+        return []
+    differ = sorted({op for op, fused, eager in pairs if _differs(fused, eager)})
+    return [
+        f"- eager mode against fused (the first {T.QUICK_SAMPLES} samples of the test dtype "
+        f"and the first {T.GRAD_SAMPLES} gradient samples): {len(differ)} ops differ"
+        + (f" ({', '.join(differ)}; `XFAIL_EAGER` and `XFAIL_FUSED`)" if differ else "")
+    ]
+
+
+def _differs(fused: dict, eager: dict) -> bool:
+    quick = eager["limit"]
+    return (_quick_failure(fused, quick) is None) != (_quick_failure(eager, quick) is None)
 
 
 def _reason(text: str, width: int = 100) -> str:
@@ -361,13 +428,9 @@ def _dict_source(name: str, d: dict) -> str:
     return f"{name}: dict[str, str] = {{\n{body}}}\n"
 
 
-def generated_block(xfail, exhaustive, xfail_grad, exhaustive_grad) -> str:
-    return (
-        f"{BEGIN}\n# fmt: off\n{_dict_source('XFAIL', xfail)}\n"
-        f"{_dict_source('XFAIL_EXHAUSTIVE', exhaustive)}\n"
-        f"{_dict_source('XFAIL_GRAD', xfail_grad)}\n"
-        f"{_dict_source('XFAIL_GRAD_EXHAUSTIVE', exhaustive_grad)}# fmt: on\n{END}"
-    )
+def generated_block(tables: dict[str, dict]) -> str:
+    body = "\n".join(_dict_source(name, tables[name]) for name, _, _ in TABLES)
+    return f"{BEGIN}\n# fmt: off\n{body}# fmt: on\n{END}"
 
 
 def write_expectations(block: str) -> None:
@@ -419,7 +482,7 @@ def main(argv=None) -> int:
     p.add_argument(
         "--write-expectations",
         action="store_true",
-        help="rewrite the XFAIL tables of tests/op_expectations.py",
+        help="rewrite the XFAIL tables of tests/expectations.py",
     )
     p.add_argument(
         "--print-expectations", action="store_true", help="print fresh XFAIL tables to stdout"
@@ -485,7 +548,10 @@ def main(argv=None) -> int:
                 sum(
                     run.get("cpu_seconds", 0)
                     for r in ordered
-                    for run in [*r["runs"].values(), r.get("grad", {})]
+                    for run in [
+                        *r["runs"].values(),
+                        *(r.get(k, {}) for k in ("grad", "eager", "grad_eager")),
+                    ]
                 )
             ),
             "ops_filter": args.ops,
@@ -507,7 +573,7 @@ def main(argv=None) -> int:
         )
         print(f"wrote {args.json}")
     if args.write_expectations or args.print_expectations:
-        block = generated_block(*expectations(ordered))
+        block = generated_block(expectations(ordered))
         if args.print_expectations:
             print(block)
         if args.write_expectations:

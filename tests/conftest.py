@@ -64,11 +64,14 @@ def pytest_configure(config):
 
 @pytest.fixture(autouse=True)
 def _enough_devices(request):
-    """The one place where tests are skipped for want of devices (``devices`` marker)."""
+    """The one place where tests are skipped for want of devices (``devices`` marker;
+    the reason is ``SKIP_TOO_FEW_DEVICES`` in tests/expectations.py)."""
     marker = request.node.get_closest_marker("devices")
     if marker is None:
         return
     import torch
+
+    from tests.expectations import SKIP_TOO_FEW_DEVICES
 
     wanted, have = marker.args[0], torch.pjrt.device_count()
     if have >= wanted:
@@ -78,7 +81,7 @@ def _enough_devices(request):
             f"needs {wanted} pjrt devices and the CPU platform has {have}: "
             "tests/conftest.py asks for 2 (XLA_FLAGS)"
         )
-    pytest.skip(f"needs {wanted} pjrt devices; the {_TEST_PLATFORM} platform has {have}")
+    pytest.skip(SKIP_TOO_FEW_DEVICES.format(wanted=wanted, platform=_TEST_PLATFORM, have=have))
 
 
 def exhaustive(config) -> bool:

@@ -283,25 +283,6 @@ FAMILIES: dict[str, Family] = {
 # run by `make test`; the others are slow (--exhaustive)
 FAST = ["gpt2", "llama", "bert", "vit"]
 
-# Every expected failure of the Hugging Face tests, in this one place, each with its
-# reason (strict xfails: a fix makes the test fail until the entry is removed).
-
-# tests/test_hf_families.py: family -> reason
-XFAIL: dict[str, str] = {}
-
-# tests/test_hf_generate.py: greedy case id ("<family>-<cache>-<mode>") -> reason
-XFAIL_GENERATE: dict[str, str] = {
-    "mistral-static-compiled": (
-        "one XLA program per token: the sliding-window static cache keeps its offset as a "
-        "Python int (StaticSlidingWindowLayer.cumulative_length_int, get_mask_sizes' "
-        "kv_offset); Dynamo makes it a symbolic int and torch_pjrt passes symbolic ints that "
-        "are not sizes to the program as static arguments"
-    ),
-}
-
-# tests/test_hf_integration.py: test function name -> reason
-XFAIL_INTEGRATION: dict[str, str] = {}
-
 
 def build(name: str) -> torch.nn.Module:
     """The family's model on CPU, identical on every call."""

@@ -15,8 +15,8 @@ import torch.nn.functional as F
 
 import torch_pjrt
 from torch_pjrt.ops import autocast, registry
+from torch_pjrt.ops import convolution as pjrt_convolution
 from torch_pjrt.ops import linalg as pjrt_linalg
-from torch_pjrt.ops import nn as pjrt_nn
 
 LOW = [torch.bfloat16, torch.float16]
 
@@ -51,7 +51,7 @@ def test_matmul_precision_reaches_the_program(precision, setting, expected):
     img, w = jnp.ones((1, 2, 5, 5), jnp.float32), jnp.ones((3, 2, 3, 3), jnp.float32)
 
     def conv(x, k):
-        return pjrt_nn._conv(x, k, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)
+        return pjrt_convolution._conv(x, k, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)
 
     # (fresh functions: jax.jit caches a trace per function, whatever the setting)
     assert _hlo_precisions(lambda x, y: pjrt_linalg.matmul_acc(x, y), a, a) == expected
@@ -71,7 +71,7 @@ def test_products_left_to_jax_are_full_precision(precision, tmp_path, setting):
     """JAX's own default precision is TF32 on recent NVIDIA GPUs and one bfloat16 pass
     on TPU: a product a lowering leaves to JAX (inside jnp.linalg or jax.scipy, or
     written without precision=) is traced at "highest" in eager and compiled programs
-    (registry.traced_at_full_precision), while user-level products follow the setting."""
+    (runtime.executor.traced_at_full_precision), while user-level products follow the setting."""
     torch.set_float32_matmul_precision(setting)
     user = {"highest": {"HIGHEST"}, "medium": {"DEFAULT"}}[setting]
 
@@ -81,8 +81,8 @@ def test_products_left_to_jax_are_full_precision(precision, tmp_path, setting):
     kernel = registry.Kernel(torch.ops.aten.mm.default, registry.Lowering(lowering))
     a = torch.randn(4, 4, device="pjrt")
     torch.testing.assert_close(kernel(a, a).cpu(), 2 * (a.cpu() @ a.cpu()))
-    (program,) = kernel.cache.values()
-    arr = torch_pjrt.tensor.read(a)
+    (program,) = kernel.program.cache.values()
+    arr = torch_pjrt.device.tensor.read(a)
     text = program.lower([arr, arr], [], None).as_text()
     dots = re.findall(r"precision = \[(\w+), (\w+)\]", text)
     assert sorted(p for p, _ in dots) == sorted(["HIGHEST", *user]), text

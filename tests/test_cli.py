@@ -13,6 +13,7 @@ import torch
 
 import torch_pjrt
 from torch_pjrt import cli
+from torch_pjrt.diagnostics import doctor
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,12 +67,12 @@ def test_usage():
 
 def test_hints(monkeypatch):
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
-    hints = cli._hints("TPU", {"libtpu": "0.0.1"})
+    hints = doctor._hints("TPU", {"libtpu": "0.0.1"})
     assert any("JAX_PLATFORMS=cpu" in h for h in hints)
     assert any("libtpu is installed" in h for h in hints)
     monkeypatch.delenv("JAX_PLATFORMS")
-    assert cli._hints("cuda", {}) == []
-    assert cli._hints(None, {}) == []
+    assert doctor._hints("cuda", {}) == []
+    assert doctor._hints(None, {}) == []
 
 
 def _run_cli(*args: str, **env_overrides: str) -> subprocess.CompletedProcess:

@@ -196,7 +196,7 @@ def test_argv_exit_status_and_missing_script(tmp_path, capsys):
 
 
 def test_install_and_uninstall_in_process():
-    from torch_pjrt import cuda_compat
+    from torch_pjrt.migrate import cuda_compat
 
     original = (torch.cuda.is_available, torch.autocast, torch.nn.Module.to)
     cuda_compat.install(report_at_exit=False)

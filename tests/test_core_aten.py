@@ -19,8 +19,9 @@ mode that records every op reaching the device and runs decompositions under its
 the ops they call are classified too, down to lowered or native ones. Inside compiled
 graphs the same holds with ``registry.graph_lookup`` and the compiler's decomposition
 table (``test_every_core_op_lowers_in_graphs``). The runtime tests compare each example
-and the first sample of each OpInfo entry named after a core op with the CPU, under
-``fallback="error"``.
+and the first sample of each OpInfo entry named after a core op (the first 3 for an entry
+expected to fail) with the CPU, under ``fallback="error"``; expected failures are in
+tests/expectations.py.
 """
 
 from __future__ import annotations
@@ -33,10 +34,21 @@ from torch.testing._internal.common_methods_invocations import op_db
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import torch_pjrt
-from tests.op_expectations import SHAPE_ONLY, SKIP, XFAIL
-from tests.test_ops import compare, cpu_copy, dtype_for, op_key, run_sample, samples, to_pjrt
+from tests import expectations as E
+from tests.expectations import SHAPE_ONLY, SKIP
+from tests.test_ops import (
+    DEFAULT_MODE,
+    QUICK_SAMPLES,
+    compare,
+    cpu_copy,
+    dtype_for,
+    op_key,
+    run_sample,
+    samples,
+    to_pjrt,
+)
 from torch_pjrt.compile.compiler import _decompositions as graph_decompositions
-from torch_pjrt.ops import registry
+from torch_pjrt.ops import registry, variants
 
 aten = torch.ops.aten
 
@@ -96,9 +108,9 @@ def _derived(op) -> bool:
         functional = getattr(packet, overload)
         if registry.lookup(functional) is None:
             continue
-        if registry.inplace_variant(functional) == op:
+        if variants.inplace_variant(functional) == op:
             return True
-        if any(variant == op for variant, _ in registry.out_variants(functional)):
+        if any(variant == op for variant, _ in variants.out_variants(functional)):
             return True
     return False
 
@@ -363,19 +375,9 @@ def test_every_core_op_lowers_in_graphs():
 # --- runtime: compared with the CPU ------------------------------------------------------
 
 
-# examples known to differ from the CPU, and why (strict: a fix makes them fail)
-EXAMPLE_XFAIL: dict = {}
-
-
 def _example_params() -> list:
     return [
-        pytest.param(
-            op,
-            id=str(op),
-            marks=[pytest.mark.xfail(strict=True, reason=EXAMPLE_XFAIL[op])]
-            if op in EXAMPLE_XFAIL
-            else [],
-        )
+        pytest.param(op, id=str(op), marks=E.marks(E.XFAIL_CORE_EXAMPLES, str(op)))
         for op in sorted(EXAMPLES, key=str)
     ]
 
@@ -393,31 +395,35 @@ def test_example_matches_cpu(op):
 
 
 def _core_opinfos() -> list:
-    """The OpInfo entries of core ops (by their ATen name), one sample each."""
+    """The OpInfo entries of core ops (by their ATen name), one sample each; an entry
+    expected to fail (tests/expectations.py, which lists failures within the first
+    ``QUICK_SAMPLES``) runs those samples, so that its strict xfail holds."""
     names = {op._schema.name.split("::")[1] for op in core_ops()}
     found = []
     for info in op_db:
         key = op_key(info)
         if info.aten_name not in names:
             continue
-        marks = []
+        reason = E.op_failure("test_op", key, DEFAULT_MODE)
+        marks, limit = [], 1
         if key in SKIP:
             marks.append(pytest.mark.skip(reason=SKIP[key]))
-        elif key in XFAIL:
-            marks.append(
-                pytest.mark.skip(reason=f"xfail in tests/op_expectations.py: {XFAIL[key]}")
-            )
-        found.append(pytest.param(info, id=key, marks=marks))
+        elif reason is not None:
+            marks, limit = [E.xfail(reason)], QUICK_SAMPLES
+        found.append(pytest.param(info, limit, id=key, marks=marks))
     return found
 
 
-@pytest.mark.parametrize("info", _core_opinfos())
-def test_opinfo_first_sample_matches_cpu(info):
+@pytest.mark.parametrize("info, limit", _core_opinfos())
+def test_opinfo_samples_match_cpu(info, limit):
     dtype = dtype_for(info)
     if dtype is None:
-        pytest.skip("no CPU dtype to compare against")
-    first = samples(info, dtype, limit=1)
-    if not first:
-        pytest.skip("no samples")
-    if not run_sample(info, first[0], dtype, shape_only=op_key(info) in SHAPE_ONLY):
-        pytest.skip("the sample raises on the CPU")
+        pytest.skip(E.SKIP_NO_DTYPE)
+    cases = samples(info, dtype, limit)
+    if not cases:
+        pytest.skip(E.SKIP_NO_SAMPLES)
+    shape_only = op_key(info) in SHAPE_ONLY
+    with torch_pjrt.mode(DEFAULT_MODE):
+        compared = [run_sample(info, case, dtype, shape_only) for case in cases]
+    if not any(compared):
+        pytest.skip(E.SKIP_CPU_REFUSES.format(total=len(cases)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import importlib.metadata
 import os
 import subprocess
@@ -22,8 +23,8 @@ def _run(code: str, **env) -> subprocess.CompletedProcess:
 
 
 def test_registration_is_idempotent_and_names_the_device():
-    torch_pjrt._device.register()
-    torch_pjrt._device.register()
+    torch_pjrt._registration.register()
+    torch_pjrt._registration.register()
     assert torch._C._get_privateuse1_backend_name() == "pjrt"
     assert torch.device("pjrt").type == "pjrt"
     assert torch.accelerator.current_accelerator() == torch.device("pjrt")
@@ -64,6 +65,7 @@ def test_set_device():
 
 
 def test_memory_statistics_follow_allocations():
+    gc.collect()  # an earlier test's garbage freed in between would blur the difference
     torch.pjrt.synchronize()
     before = torch.pjrt.memory_allocated()
     x = torch.ones(1 << 20, device="pjrt") * 2  # 4 MiB on the device
@@ -85,7 +87,7 @@ def test_memory_statistics_follow_allocations():
 
 
 def test_streams_and_events():
-    """torch.pjrt.Stream/Event (torch_pjrt.streams): CUDA's interface over one in-order
+    """torch.pjrt.Stream/Event (torch_pjrt.device.streams): CUDA's interface over one in-order
     queue per device; code that orders work with them gets the same values."""
     s = torch.pjrt.Stream(priority=-1)
     assert s == torch.pjrt.current_stream() == torch.pjrt.default_stream(0)
@@ -115,7 +117,7 @@ def test_streams_and_events():
 def test_storage_resize_frees_and_restores_the_buffer():
     """FSDP2 frees its unsharded parameters with storage.resize_(0) and has them back
     with resize_(nbytes) before writing them again."""
-    from torch_pjrt.tensor import cell_of
+    from torch_pjrt.device.tensor import cell_of
 
     t = torch.ones(4, 3, device="pjrt")
     storage = t.untyped_storage()
@@ -136,10 +138,10 @@ def test_storage_resize_frees_and_restores_the_buffer():
 def test_tensor_handles_are_distinct_from_any_thread(monkeypatch, shared_blocks):
     """Each pjrt storage gets its own fake data pointer and its own device and layout,
     whether its handle comes from a layout's shared capsule block or a block of its
-    own (past torch_pjrt.tensor._SHARED_BLOCKS layouts), from one thread or several."""
+    own (past torch_pjrt.device.tensor._SHARED_BLOCKS layouts), from one thread or several."""
     import threading
 
-    from torch_pjrt import tensor as pjrt_tensor
+    from torch_pjrt.device import tensor as pjrt_tensor
 
     if not shared_blocks:
         monkeypatch.setattr(pjrt_tensor, "_SHARED_BLOCKS", 0)

@@ -17,7 +17,7 @@ from datetime import timedelta
 import pytest
 
 from tests.test_distributed import SCRIPTS
-from torch_pjrt.distributed.launch import free_port_pair, local_cpu_env, local_torchrun_command
+from torch_pjrt.runtime.launch import free_port_pair, local_cpu_env, local_torchrun_command
 
 WORKER = SCRIPTS / "faults_worker.py"
 TIMEOUT_S = 10  # the group's timeout (init_process_group(timeout=...))
@@ -153,7 +153,7 @@ def test_timeout_and_switch_from_the_environment(monkeypatch):
 
 
 def test_jax_timeouts_from_the_environment(monkeypatch):
-    from torch_pjrt.distributed.launch import jax_timeouts
+    from torch_pjrt.runtime.launch import jax_timeouts
 
     monkeypatch.delenv("TORCH_PJRT_INIT_TIMEOUT", raising=False)
     monkeypatch.delenv("TORCH_PJRT_HEARTBEAT_TIMEOUT", raising=False)

@@ -2,7 +2,8 @@
 
 Every comparison is ``torch.testing.assert_close`` with rtol=1e-4 and atol=1e-4 times the
 tensor's largest magnitude (float32).
-The models and batches are described in ``tests/hf_families.py``.
+The models and batches are described in ``tests/hf_families.py``; expected failures are in
+``tests/expectations.py`` (``XFAIL_HF_FAMILIES``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import pytest
 import torch
 
 import torch_pjrt
-from tests import hf_families
+from tests import expectations, hf_families
 
 RTOL = 1e-4
 
@@ -22,10 +23,14 @@ def _params():
     params = []
     for name in hf_families.FAMILIES:
         marks = [] if name in hf_families.FAST else [pytest.mark.slow]
-        if name in hf_families.XFAIL:
-            marks.append(pytest.mark.xfail(reason=hf_families.XFAIL[name], strict=True))
+        marks += expectations.marks(expectations.XFAIL_HF_FAMILIES, name)
         params.append(pytest.param(name, marks=marks, id=name))
     return params
+
+
+def test_xfail_table_names_families():
+    unknown = set(expectations.XFAIL_HF_FAMILIES) - set(hf_families.FAMILIES)
+    assert not unknown, f"XFAIL_HF_FAMILIES: no such family: {sorted(unknown)}"
 
 
 def _close(actual, expected, msg):

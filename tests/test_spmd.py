@@ -19,6 +19,7 @@ import torch
 from torch.distributed.tensor import Partial, Replicate, Shard
 
 import torch_pjrt
+from torch_pjrt.device.tensor import cell_of
 from torch_pjrt.distributed import (
     device_mesh,
     distribute_module,
@@ -26,8 +27,7 @@ from torch_pjrt.distributed import (
     mark_sharding,
     sharding_of,
 )
-from torch_pjrt.modes import fused
-from torch_pjrt.tensor import cell_of
+from torch_pjrt.runtime import executor
 
 SCRIPT = pathlib.Path(__file__).parent / "spmd_scripts" / "train_step.py"
 
@@ -37,7 +37,7 @@ def _no_mesh_afterwards():
     """A mesh turns on the SPMD checks for the whole process; other test modules that
     share this worker should not pay for them."""
     yield
-    fused.mesh_in_use = False
+    executor.mesh_in_use = False
 
 
 @pytest.fixture

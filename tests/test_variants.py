@@ -17,9 +17,11 @@ uses) run under ``torch_pjrt.config(fallback="error")``:
   raises it; with outs of a dtype the result may not be cast to, pjrt raises where the
   CPU raises (the same exception type) and otherwise computes what the CPU computes.
 
-One test per op, reporting every failing sample and check. ``XFAIL_VARIANTS`` (in
-tests/op_expectations.py, with the other expectations) lists
-the ops expected to fail (strict: a fixed op fails the run until it is removed).
+One test per op and execution mode (``eager`` and ``fused``, entered around the whole
+op: in fused mode the results are compared after the recording runs), reporting every
+failing sample and check. ``XFAIL_VARIANTS`` (in tests/expectations.py, with the other
+expectations) lists the ops expected to fail in both modes, ``XFAIL_VARIANTS_EAGER`` and
+``XFAIL_VARIANTS_FUSED`` in one (strict: a fixed op fails the run until it is removed).
 """
 
 from __future__ import annotations
@@ -31,8 +33,10 @@ import torch
 from torch.testing._internal.common_methods_invocations import op_db
 
 import torch_pjrt
-from tests.op_expectations import SHAPE_ONLY, SKIP, XFAIL_VARIANTS
+from tests import expectations as E
+from tests.expectations import SHAPE_ONLY, SKIP, XFAIL_VARIANTS
 from tests.test_ops import (
+    MODES,
     SampleFailure,
     compare,
     cpu_copy,
@@ -245,39 +249,48 @@ def _check_out_once(op, sample, dtype, shape_only: bool) -> bool:
 
 
 def _params():
-    for op in op_db:
-        if op.inplace_variant is None and not op.supports_out:
-            continue
-        key = op_key(op)
-        marks = []
-        if key in SKIP:
-            marks.append(pytest.mark.skip(reason=SKIP[key]))
-        elif key in XFAIL_VARIANTS:
-            marks.append(pytest.mark.xfail(strict=True, reason=XFAIL_VARIANTS[key]))
-        yield pytest.param(op, id=key, marks=marks)
+    for mode in MODES:
+        for op in op_db:
+            if op.inplace_variant is None and not op.supports_out:
+                continue
+            key = op_key(op)
+            reason = E.op_failure("test_variants", key, mode)
+            marks = []
+            if key in SKIP:
+                marks.append(pytest.mark.skip(reason=SKIP[key]))
+            elif reason is not None:
+                marks.append(E.xfail(reason))
+            yield pytest.param(op, mode, id=f"{key}-{mode}", marks=marks)
 
 
-@pytest.mark.parametrize("op", list(_params()))
-def test_variants(op):
+@pytest.mark.parametrize("op, mode", list(_params()))
+def test_variants(op, mode):
     dtype = _variant_dtype(op)
     if dtype is None:
-        pytest.skip("no CPU dtype to compare against")
+        pytest.skip(E.SKIP_NO_DTYPE)
     shape_only = op_key(op) in SHAPE_ONLY
     failures, checked = [], 0
-    for index, sample in enumerate(samples(op, dtype, SAMPLES)):
-        checks = (check_inplace, check_out) if index == 0 else (check_inplace, _check_out_once)
-        for check in checks:
-            try:
-                checked += check(op, sample, dtype, shape_only)
-            except Exception as exc:  # noqa: BLE001  (collected: one report per op)
-                failures.append(f"{check.__name__}: {SampleFailure(index, sample, exc)}")
+    with torch_pjrt.mode(mode):
+        for index, sample in enumerate(samples(op, dtype, SAMPLES)):
+            checks = (check_inplace, check_out) if index == 0 else (check_inplace, _check_out_once)
+            for check in checks:
+                try:
+                    checked += check(op, sample, dtype, shape_only)
+                except Exception as exc:  # noqa: BLE001  (collected: one report per op)
+                    failures.append(f"{check.__name__}: {SampleFailure(index, sample, exc)}")
     if failures:
         pytest.fail("\n".join(failures), pytrace=False)
     if not checked:
-        pytest.skip("the CPU refuses every sample's in-place and out= forms")
+        pytest.skip(E.SKIP_NO_VARIANT)
 
 
 def test_xfail_table_names_variant_ops():
-    """Every key of ``XFAIL_VARIANTS`` names an op_db entry with a variant."""
+    """Every key of the ``XFAIL_VARIANTS`` tables names an op_db entry with a variant, and
+    an op failing in both modes is in ``XFAIL_VARIANTS`` alone."""
     keys = {op_key(op) for op in op_db if op.inplace_variant is not None or op.supports_out}
-    assert not set(XFAIL_VARIANTS) - keys, sorted(set(XFAIL_VARIANTS) - keys)
+    for table in (XFAIL_VARIANTS, E.XFAIL_VARIANTS_EAGER, E.XFAIL_VARIANTS_FUSED):
+        assert not set(table) - keys, sorted(set(table) - keys)
+    one_mode = set(E.XFAIL_VARIANTS_EAGER) | set(E.XFAIL_VARIANTS_FUSED)
+    assert not one_mode & set(XFAIL_VARIANTS), sorted(one_mode & set(XFAIL_VARIANTS))
+    both = set(E.XFAIL_VARIANTS_EAGER) & set(E.XFAIL_VARIANTS_FUSED)
+    assert not both, f"failing in both modes, so XFAIL_VARIANTS: {sorted(both)}"

@@ -18,25 +18,20 @@ def _autoload() -> None:
     NOTE: defined before anything imports torch: with the package installed,
     ``import torch`` (triggered below) calls this while torch_pjrt is still importing.
     """
-    from torch_pjrt import _device
+    from torch_pjrt import _registration
 
-    _device.register()
+    _registration.register()
 
 
 # With the package installed, this import runs _autoload() (above) via the entry point.
 import torch  # noqa: E402, F401
 
-from torch_pjrt import _device  # noqa: E402
+from torch_pjrt import _registration  # noqa: E402
+from torch_pjrt._version import __version__ as __version__  # noqa: E402
 from torch_pjrt.config import config, settings  # noqa: E402
 from torch_pjrt.diagnostics import metrics  # noqa: E402
-from torch_pjrt.modes import (  # noqa: E402
-    StrictModeError,
-    get_mode,
-    mode,
-    set_mode,
-    step,
-    strict,
-)
+from torch_pjrt.diagnostics.strict import StrictModeError, strict  # noqa: E402
+from torch_pjrt.modes import get_mode, mode, set_mode, step  # noqa: E402
 from torch_pjrt.ops.registry import LoweringMissing  # noqa: E402
 from torch_pjrt.runtime import PlatformError, current_platform, init  # noqa: E402
 
@@ -56,6 +51,5 @@ __all__ = [
     "strict",
 ]
 
-__version__ = "0.1.0"
 
-_device.register()
+_registration.register()

@@ -17,8 +17,8 @@ import torch
 from torch.distributed.tensor import Replicate, Shard
 
 import torch_pjrt
+from torch_pjrt.device.tensor import cell_of
 from torch_pjrt.distributed import device_mesh, distribute_tensor, mark_sharding, sharding_of
-from torch_pjrt.tensor import cell_of
 
 STEPS = 3
 

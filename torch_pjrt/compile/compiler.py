@@ -12,12 +12,11 @@ from torch._ops import OpOverload
 
 from torch_pjrt.compile.program import GraphProgram, node_supported
 from torch_pjrt.compile.program import _spmd_collectives as _collectives
-from torch_pjrt.diagnostics import metrics
+from torch_pjrt.config import settings
 from torch_pjrt.ops.registry import graph_lookup
+from torch_pjrt.runtime import events as metrics
 
 __all__ = ["backend", "dump_graphs"]
-
-_dump_dir: list = [os.environ.get("TORCH_PJRT_DUMP_GRAPHS") or None]
 
 
 def dump_graphs(path: str | os.PathLike | None) -> None:
@@ -26,19 +25,19 @@ def dump_graphs(path: str | os.PathLike | None) -> None:
     Each program gives ``<name>.fx.txt`` (the FX graph of ATen ops it was lowered
     from) and ``<name>.stablehlo.mlir`` (the StableHLO handed to XLA), where name is
     ``graph_<n>_<kind>`` and kind is forward, backward, inference or part (a piece
-    of a graph with eager nodes). The ``TORCH_PJRT_DUMP_GRAPHS`` variable sets the
-    directory at start-up.
+    of a graph with eager nodes). It sets ``settings.dump_graphs``, which the
+    ``TORCH_PJRT_DUMP_GRAPHS`` variable sets at start-up.
     """
-    _dump_dir[0] = None if path is None else os.fspath(path)
+    settings.dump_graphs = path
 
 
 class _Dumper:
     @property
     def active(self) -> bool:
-        return _dump_dir[0] is not None
+        return settings.dump_graphs is not None
 
     def write(self, program: GraphProgram, lowered) -> None:
-        out = pathlib.Path(_dump_dir[0])
+        out = pathlib.Path(settings.dump_graphs)
         out.mkdir(parents=True, exist_ok=True)
         (out / f"{program.name}.fx.txt").write_text(
             program.gm.print_readable(print_output=False, include_stride=True, include_device=True)

@@ -9,11 +9,10 @@ runs the program, writes the new values of mutated inputs back into their storag
 
 from __future__ import annotations
 
+import collections
 import itertools
 import math
 import operator
-import sys
-import time
 
 import jax
 import jax.numpy as jnp
@@ -21,19 +20,23 @@ import torch
 import torch.fx
 from torch._ops import OpOverload
 
-from torch_pjrt import random as pjrt_random
 from torch_pjrt import runtime
-from torch_pjrt.compile import buckets
-from torch_pjrt.diagnostics import metrics
-from torch_pjrt.modes import fused
-from torch_pjrt.ops.registry import (
-    Lowering,
-    Signature,
-    graph_lookup,
-    lookup,
-    traced_at_full_precision,
+from torch_pjrt.compile import buckets, padding_rules
+from torch_pjrt.device import random as pjrt_random
+from torch_pjrt.device.tensor import (
+    argument,
+    cell_of,
+    keep_layout,
+    new_tensor,
+    read,
+    whole,
+    wrap,
+    write,
 )
-from torch_pjrt.tensor import cell_of, keep_layout, new_tensor, read, whole, wrap, write
+from torch_pjrt.modes import fused
+from torch_pjrt.ops.registry import Lowering, LoweringMissing, Signature, graph_lookup, lookup
+from torch_pjrt.runtime import events as metrics
+from torch_pjrt.runtime import executor
 
 aten = torch.ops.aten
 
@@ -146,12 +149,6 @@ class _Call:
         return self.fn(**call)
 
 
-def _tensor_kind(v) -> str:
-    if isinstance(v, torch.Tensor):
-        return "pjrt" if v.device.type == "pjrt" else "host"
-    return "static"
-
-
 class GraphProgram:
     """A callable running one FX graph as one XLA program on a pjrt device.
 
@@ -218,9 +215,14 @@ class GraphProgram:
                 if _spmd_collectives.is_collective(n):
                     metrics.tally("graph_spmd_collectives", str(n.target))
         self.constants = {n: getattr(gm, n.target) for n in self.body if n.op == "get_attr"}
-        self._jitted: dict = {}
+        self.program = executor.Program(
+            "graph", self.name, self._build, _describe, kind=kind, placed=_placed
+        )
+        self.padded_program = executor.Program(
+            "graph", self.name, self._build_padded, _describe_padded, kind=kind
+        )
         self._static_outputs: dict = {}
-        self._last_key = None
+        self.declined = None  # a lowering declined this graph's arguments: it runs eagerly
         self.dumper = None  # set by the backend: has .active and .write(program, lowered)
         # padding symbolic sizes to buckets, if any (not for SPMD graphs)
         self.plan = buckets.plan(self) if self.group_name is None else None
@@ -283,7 +285,7 @@ class GraphProgram:
     def _evaluate_padded(self, values, lengths, rng, record, input_factors):
         """Like _evaluate, on values padded to buckets, tracking padding (buckets.py)."""
         env: dict = dict(zip(self.inputs, values))
-        trace = buckets.PaddedTrace(self, lengths)
+        trace = padding_rules.PaddedTrace(self, lengths)
         for i, dims in self.plan.tensor_dims.items():
             factors = list(buckets._untagged(values[i].shape))
             for d, name in dims:
@@ -314,9 +316,9 @@ class GraphProgram:
                     trace.fac[n] = facs[i]
                 continue
             if call is None:  # size arithmetic
-                flat = list(buckets._flat(raw_args))
+                flat = list(padding_rules._flat(raw_args))
                 if any(isinstance(a, buckets.Sym) for a in flat):
-                    env[n] = buckets.sym_op(n.target, raw_args)
+                    env[n] = padding_rules.sym_op(n.target, raw_args)
                 else:
                     env[n] = n.target(*raw_args, **torch.fx.node.map_aggregate(n.kwargs, raw))
                 continue
@@ -324,7 +326,7 @@ class GraphProgram:
             kwargs = torch.fx.node.map_aggregate(n.kwargs, load)
             if n.target is aten.sym_size.int:
                 f = trace.f(n.args[0], args[0])
-                d = buckets._wrap(args[1], len(f))
+                d = padding_rules._wrap(args[1], len(f))
                 env[n] = buckets.Sym(args[0].shape[d], buckets._true_count(f, [d], lengths), f[d])
                 continue
             key = next_key() if call.random else None
@@ -355,7 +357,7 @@ class GraphProgram:
             return jnp.asarray(value.detach().numpy())
         return value
 
-    def _program(self, key):
+    def _build(self, key):
         statics, kinds = key[0], key[1]
         record: dict = {}
 
@@ -374,12 +376,10 @@ class GraphProgram:
 
         run.__name__ = run.__qualname__ = self.name  # names the XLA module and its dump
         if self.group_name is not None:  # one rank's graph, as the group's SPMD program
-            run = _spmd_collectives.spmd(run, key[-1])
+            run = _spmd_collectives.spmd(run, key[5])
             run.__name__ = self.name
-        jitted = jax.jit(traced_at_full_precision(run), donate_argnums=(0,) if "d" in kinds else ())
         self._static_outputs[key] = record
-        self._jitted[key] = jitted
-        return jitted
+        return run, "d" in kinds
 
     # --- calling --------------------------------------------------------------------
 
@@ -393,17 +393,15 @@ class GraphProgram:
                 break
         if index is None:
             index = pjrt_random.current_device()
-        donated, arrays, statics, kinds, cells = [], [], [], [], {}
+        values, candidates = [], {}
         mutated = self.mutated
         for i, a in enumerate(args):
             if not isinstance(a, torch.Tensor):
-                statics.append(_static(a))
-                kinds.append("s")
+                values.append(_static(a))
                 continue
             if a.is_cpu:
                 metrics.count("transfers_to_device")
-                arrays.append(runtime.from_host(a.detach(), runtime.device(index)))
-                kinds.append("a")
+                values.append(runtime.from_host(a.detach(), runtime.device(index)))
                 continue
             if a.get_device() != index:  # (not CPU: a pjrt tensor, as Dynamo traced it)
                 raise RuntimeError(
@@ -412,24 +410,45 @@ class GraphProgram:
                 )
             value = whole(a)
             if value is None:
-                value = read(a)
+                value = argument(a)
                 padded = getattr(a, "_pjrt_padded", None)
                 if padded is not None and tuple(a.shape) != padded.true_shape:
                     value = buckets.compact(padded)  # stayed padded: drop the padding
             elif i in mutated and self.group_name is None:
-                cell = _donatable(a, value)
-                if cell is not None:
-                    donated.append(value)
-                    kinds.append("d")
-                    cells[i] = cell
-                    continue
-            arrays.append(value)
-            kinds.append("a")
-        return donated, arrays, tuple(statics), index, tuple(kinds), cells
+                cell = cell_of(a)
+                if cell.owned and cell.dtype == a.dtype:  # (the storage's own array)
+                    candidates[i] = cell
+            values.append(value)
+        if candidates:  # an array passed twice (two views of one storage) stays
+            passed = collections.Counter(id(v) for v in values if isinstance(v, jax.Array))
+            candidates = {i: c for i, c in candidates.items() if passed[id(values[i])] == 1}
+        donated, arrays, statics, kinds = [], [], [], []
+        for i, (a, value) in enumerate(zip(args, values)):
+            if not isinstance(a, torch.Tensor):
+                statics.append(value)
+                kinds.append("s")
+            elif i in candidates:
+                donated.append(value)
+                kinds.append("d")
+            else:
+                arrays.append(value)
+                kinds.append("a")
+        return donated, arrays, tuple(statics), index, tuple(kinds), candidates
 
     def __call__(self, *args):
         if fused.pending_ops():  # ops recorded before the graph (fused mode) run first
             fused.flush_all("compiled graph")
+        if self.declined is None:
+            try:
+                return self._call(args)
+            except LoweringMissing as exc:  # a lowering declines what the graph gives it
+                self.declined = exc
+                metrics.tally("graph_declined", f"{self.name}: {exc.reason or exc}")
+        # the graph's ops run one by one: the declined one by the fallback policy
+        out = self.gm(*args)
+        return list(out) if self.output_is_seq else [out]
+
+    def _call(self, args):
         if self.plan is not None and self.plan.active:
             try:
                 return self._call_padded(args)
@@ -437,14 +456,15 @@ class GraphProgram:
                 self.plan.active = False
                 metrics.tally("graph_bucket_fallbacks", f"{self.name}: {exc}")
         donated, arrays, statics, index, kinds, cells = self.arguments(args)
-        if fused.mesh_in_use:  # SPMD (distributed/spmd.py): one-device inputs join the mesh
-            donated, arrays = _on_mesh(donated, arrays)
+        if executor.mesh_in_use:  # SPMD (distributed/spmd.py): one-device inputs join the mesh
+            aligned = executor.align([*donated, *arrays])
+            donated, arrays = aligned[: len(donated)], aligned[len(donated) :]
         mesh = None
         if self.group_name is not None:  # every rank's arrays: blocks of global arrays
             mesh = _spmd_collectives.devices(self.group_name, index)
             arrays = _spmd_collectives.to_global(arrays, mesh)
-        # NOTE: shapes and dtypes are part of the key (JAX would retrace silently):
-        # every XLA compilation is counted here, with what changed
+        # NOTE: shapes and dtypes are part of the key (the static outputs recorded at trace
+        # time are per key); the executor counts each compilation with what changed
         key = (
             statics,
             kinds,
@@ -453,39 +473,29 @@ class GraphProgram:
             torch.get_float32_matmul_precision(),  # read by the lowerings as they trace
             mesh,
         )
-        jitted = self._jitted.get(key)
-        first = jitted is None
-        if first:
-            cause = _cause(self._last_key, key)
-            jitted = self._program(key)
-            start = time.perf_counter()
-        self._last_key = key
+        if not donated and not arrays:  # a graph that only creates: placed on its device
+            key = (*key, index)
+        program = self.program
         rng = pjrt_random.next_key_parts(index) if self.random_nodes else (0, 0)
         metrics.count("graph_executions")
         if donated:
             metrics.count("graph_donated_buffers", len(donated))
-        with jax.enable_x64(True):
-            if first and self.dumper is not None and self.dumper.active:
-                self.dumper.write(self, jitted.lower(donated, arrays, rng))
-            outs, new_values = jitted(donated, arrays, rng)
-            if mesh is not None:  # this rank's blocks
-                local = _spmd_collectives.to_local
+        if key not in program.cache and self.dumper is not None and self.dumper.active:
+            self.dumper.write(self, program.lower(key, donated, arrays, rng))
+        outs, new_values = program(key, donated, arrays, rng)
+        if mesh is not None:  # this rank's blocks
+            local = _spmd_collectives.to_local
+            with jax.enable_x64(True):
                 outs = [None if o is None else local(o) for o in outs]
                 new_values = [local(v) for v in new_values]
-            elif not donated and not arrays and index != 0:  # a graph that only creates
-                outs = jax.device_put(outs, runtime.device(index))
-        if first:
-            metrics.compilation(
-                "graph", self.kind, time.perf_counter() - start, f"{self.name}: {cause}"
-            )
         for p, value in zip(self.mutated_positions, new_values):
             cell = cells.get(p)
             if cell is not None:  # the whole storage, already checked: swap the buffer
-                if fused.mesh_in_use:  # SPMD: the input keeps its layout
+                if executor.mesh_in_use:  # SPMD: the input keeps its layout
                     value = keep_layout(cell._value, value)
-                cell.array = value
+                cell.own(value)
             else:
-                write(args[p], value)
+                write(args[p], value, owned=True)
         record = self._static_outputs[key]
         results = []
         values = None
@@ -498,7 +508,10 @@ class GraphProgram:
                 if values is None:  # this call's symbol values
                     values = self._symbol_values(args)
                 layout = _concrete(layout, values, a.shape)
-            results.append(wrap(a, index) if layout is None else _wrap_strided(a, layout, index))
+            # (a program's results are new arrays, each its tensor's own: tensor.Cell)
+            results.append(
+                wrap(a, index, True) if layout is None else _wrap_strided(a, layout, index)
+            )
         return results
 
     def _symbol_values(self, args) -> dict:
@@ -542,27 +555,13 @@ class GraphProgram:
         avals = tuple([a.aval for a in arrays])
         precision = torch.get_float32_matmul_precision()
         key = ("padded", statics, kinds, avals, input_factors, precision)
-        jitted = self._jitted.get(key)
-        first = jitted is None
-        if first:
-            cause = "new bucket" if self._last_key else "first call"
-            jitted = self._padded_program(key)
-            start = time.perf_counter()
-        self._last_key = key
+        program = self.padded_program
         rng = pjrt_random.next_key_parts(index) if self.random_nodes else (0, 0)
         lengths = jnp.asarray([true[name] for name in plan.names] + derived_true, jnp.int32)
         metrics.count("graph_executions")
-        with jax.enable_x64(True):
-            if first and self.dumper is not None and self.dumper.active:
-                self.dumper.write(self, jitted.lower(arrays, lengths, rng))
-            outs = jitted(arrays, lengths, rng)
-        if first:
-            metrics.compilation(
-                "graph",
-                self.kind,
-                time.perf_counter() - start,
-                f"{self.name}: {cause} (padded to {padded})",
-            )
+        if key not in program.cache and self.dumper is not None and self.dumper.active:
+            self.dumper.write(self, program.lower(key, arrays, lengths, rng))
+        outs = program(key, arrays, lengths, rng)
         record = self._static_outputs[key]
         results = []
         n_user = len(outs) if self.n_user_outputs is None else self.n_user_outputs
@@ -573,12 +572,12 @@ class GraphProgram:
                     None if info is None else math.prod(buckets.true_shape((info[1],), true))
                 )
             elif i < n_user:
-                results.append(_true_view(a, info, true, index))
+                results.append(buckets.true_view(a, info, true, index))
             else:  # saved for the backward: stays padded (a view of it if that can be)
-                results.append(_saved(a, info, true, index))
+                results.append(buckets.saved(a, info, true, index))
         return results
 
-    def _padded_program(self, key):
+    def _build_padded(self, key):
         statics, kinds, input_factors = key[1], key[2], key[4]
         plan = self.plan
         record: dict = {}
@@ -604,22 +603,8 @@ class GraphProgram:
             return self._evaluate_padded(values, lengths, rng, record, input_factors)
 
         run.__name__ = run.__qualname__ = self.name
-        jitted = jax.jit(traced_at_full_precision(run))
         self._static_outputs[key] = record
-        self._jitted[key] = jitted
-        return jitted
-
-
-def _on_mesh(donated: list, arrays: list) -> tuple:
-    """The inputs with one-device arrays replicated over the mesh of a sharded input
-    (JAX cannot mix them in one program); jit then partitions the graph with GSPMD,
-    following the inputs' shardings."""
-    from torch_pjrt.distributed import spmd
-
-    aligned = spmd.align([*donated, *arrays])
-    if aligned is None:
-        return donated, arrays
-    return aligned[: len(donated)], aligned[len(donated) :]
+        return run, False
 
 
 def _expr(x):
@@ -636,7 +621,7 @@ def _strided_layout(node):
     shape = tuple(map(_expr, val.shape))
     strides, offset = tuple(map(_expr, val.stride())), _expr(val.storage_offset())
     if all(isinstance(x, int) for x in (*shape, *strides, offset)):
-        from torch_pjrt.tensor import _is_contiguous
+        from torch_pjrt.device.tensor import _is_contiguous
 
         if offset == 0 and _is_contiguous(shape, strides):
             return None
@@ -646,7 +631,7 @@ def _strided_layout(node):
 def _concrete(layout, values: dict, shape):
     """The layout with every symbol replaced by this call's value; None when it is
     plain row-major (or cannot be evaluated)."""
-    from torch_pjrt.tensor import _is_contiguous
+    from torch_pjrt.device.tensor import _is_contiguous
 
     strides, offset = layout
     try:
@@ -663,8 +648,8 @@ def _concrete(layout, values: dict, shape):
 
 def _wrap_strided(array: jax.Array, layout, index: int) -> torch.Tensor:
     """A new tensor holding ``array`` with the given strides and storage offset."""
+    from torch_pjrt.device.tensor import storage_size
     from torch_pjrt.runtime.transfer import torch_dtype
-    from torch_pjrt.tensor import storage_size
 
     strides, offset = layout
     shape = tuple(array.shape)
@@ -674,44 +659,14 @@ def _wrap_strided(array: jax.Array, layout, index: int) -> torch.Tensor:
     return view
 
 
-def _saved(array: jax.Array, factors, true: dict, index: int) -> torch.Tensor:
-    """A saved activation: a true-size view where padding is a prefix, else the padded
-    array itself; either way it remembers the padded array for the backward."""
-    try:
-        t = _true_view(array, factors, true, index)
-    except buckets.NotBucketable:
-        t = wrap(array, index)
-    t._pjrt_padded = buckets.Padded(array, factors, dict(true), buckets.true_shape(factors, true))
-    return t
+def _placed(key):
+    """The device of a graph program with no array inputs (its key's last part)."""
+    return key[6] if len(key) > 6 else None
 
 
-def _true_view(array: jax.Array, factors, true: dict, index: int) -> torch.Tensor:
-    """A tensor with the true sizes viewing a padded result (valid elements form a
-    prefix of every dimension: only a dimension's outermost factor may be padded)."""
-    from torch_pjrt.runtime.transfer import torch_dtype
-    from torch_pjrt.tensor import _contiguous_strides
-
-    if not any(t is not None for dim in factors for _, t in dim):
-        return wrap(array, index)
-    shape = []
-    for dim in factors:
-        if any(t is not None for _, t in dim[1:]):
-            raise buckets.NotBucketable("an output padded inside a merged dimension")
-        (n, t), inner = dim[0], math.prod(m for m, _ in dim[1:])
-        shape.append((true[t] if t is not None else n) * inner)
-    strides = _contiguous_strides(array.shape)
-    return new_tensor(shape, torch_dtype(array.dtype), index, array, strides, size=array.size)
-
-
-def _cause(old, new) -> str:
-    """Why a program is compiled again: what differs between two call keys."""
-    return metrics.describe_change(_labelled(old), _labelled(new))
-
-
-def _labelled(key):
-    if key is None or key[0] == "padded":  # (a padded program: no comparable labels)
-        return None
-    statics, kinds, donated, arrays, precision, mesh = key
+def _describe(key, traced) -> list:
+    """What a graph program was compiled for (the parts of its call key), for causes."""
+    statics, kinds, donated, arrays, precision, mesh = key[:6]
     return [
         ("float32 matmul precision", precision),
         ("the process group's devices", mesh),
@@ -722,23 +677,22 @@ def _labelled(key):
     ]
 
 
+def _describe_padded(key, traced) -> list:
+    """What a padded graph program was compiled for: the bucket sizes show in its
+    inputs' shapes."""
+    _, statics, kinds, avals, input_factors, precision = key
+    return [
+        ("float32 matmul precision", precision),
+        ("argument kinds", kinds),
+        ("static arguments", statics),
+        ("padding of saved activations", input_factors),
+        *((f"input {i}", a) for i, a in enumerate(avals)),
+    ]
+
+
 def _static(a):
     if isinstance(a, torch.SymInt):
         return int(a)
     if isinstance(a, list):
         return tuple(_static(x) for x in a)
     return a
-
-
-# the references a buffer has when only its storage cell (and this call) hold it:
-# the cell's slot, the local name in the caller, getrefcount's argument
-_ALONE = 3
-
-
-def _donatable(t: torch.Tensor, value: jax.Array):
-    """The storage cell of an input whose buffer may be donated (the tensor is its whole
-    storage, and no other live object holds the array), else None."""
-    cell = cell_of(t)
-    if cell.array is value and sys.getrefcount(value) <= _ALONE + 1 and cell.dtype == t.dtype:
-        return cell
-    return None

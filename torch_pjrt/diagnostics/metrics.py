@@ -1,6 +1,8 @@
 """Counters of what the device did: ops, compilations, host syncs, transfers, fallbacks.
 
-Cheap enough to be always on: each event is one dict update.
+``torch_pjrt.metrics``: the public view of the counters that ``torch_pjrt.runtime.events``
+keeps (the layers below report there, not here). Cheap enough to be always on: each event
+is one dict update.
 
 Example:
     >>> torch_pjrt.metrics.reset()
@@ -11,10 +13,20 @@ Example:
 
 from __future__ import annotations
 
-import collections
-import sys
-
-from torch_pjrt.config import settings
+from torch_pjrt.runtime.events import (
+    add_seconds,
+    as_dict,
+    compilation,
+    count,
+    describe_change,
+    fallback,
+    host_sync,
+    op,
+    report,
+    reset,
+    tally,
+    user_line,
+)
 
 __all__ = [
     "add_seconds",
@@ -24,141 +36,9 @@ __all__ = [
     "describe_change",
     "fallback",
     "host_sync",
+    "op",
     "report",
     "reset",
     "tally",
     "user_line",
 ]
-
-_counters: collections.Counter = collections.Counter()
-_fallbacks: collections.Counter = collections.Counter()
-_ops: collections.Counter = collections.Counter()
-_syncs: collections.Counter = collections.Counter()
-_seconds: collections.Counter = collections.Counter()
-# named tables of reasons: graph recompilations by cause, eager graph nodes by op...
-_tables: collections.defaultdict = collections.defaultdict(collections.Counter)
-
-
-def count(name: str, n: int = 1) -> None:
-    _counters[name] += n
-
-
-def op(name: str) -> None:
-    _ops[name] += 1
-
-
-def fallback(name: str) -> None:
-    if settings.strict:
-        _strict("fallback", name)
-    _fallbacks[name] += 1
-
-
-def _strict(event: str, what: str) -> None:
-    from torch_pjrt import modes
-
-    modes._watch(event, what)
-
-
-def user_line() -> str:
-    """The innermost stack frame outside torch and torch_pjrt, as 'file:line'."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        if "/torch/" not in filename and "/torch_pjrt/" not in filename:
-            return f"{filename}:{frame.f_lineno}"
-        frame = frame.f_back
-    return "<unknown>"
-
-
-def tally(table: str, key: str, n: int = 1) -> None:
-    """Count ``key`` in the named table (shown by :func:`report`)."""
-    _tables[table][key] += n
-
-
-def add_seconds(name: str, seconds: float) -> None:
-    _seconds[name] += seconds
-
-
-def compilation(scope: str, kind: str | None, seconds: float, cause: str) -> None:
-    """An XLA program was built: count it (in all and by kind), its time and its cause.
-
-    Example: ``compilation("graph", "forward", 1.2, "first call")`` counts
-    ``compilations`` (every scope), ``graph_compilations``,
-    ``graph_forward_compilations``, ``graph_compile_seconds`` and the cause in the
-    ``graph_compile_causes`` table.
-    """
-    if settings.strict:
-        _strict("compilation", cause)
-    _counters["compilations"] += 1
-    _counters[f"{scope}_compilations"] += 1
-    if kind is not None:
-        _counters[f"{scope}_{kind}_compilations"] += 1
-    _seconds[f"{scope}_compile_seconds"] += seconds
-    _tables[f"{scope}_compile_causes"][cause] += 1
-
-
-def describe_change(old, new) -> str:
-    """Why a program is built again: the first difference between two signatures.
-
-    A signature is a sequence of ``(label, value)`` pairs (``("input 0", aval)``,
-    ``("argument dim", 1)``); None is the signature before the first call.
-    """
-    if old is None:
-        return "first call"
-    for (label, a), (_, b) in zip(old, new):
-        if a != b:
-            return f"{label} changed from {_short(a)} to {_short(b)}"
-    if len(old) != len(new) or [x[0] for x in old] != [x[0] for x in new]:
-        return "the arguments changed (number or kinds)"
-    return "new argument signature"
-
-
-def _short(v) -> str:
-    return v.str_short() if hasattr(v, "str_short") else repr(v)
-
-
-def host_sync() -> None:
-    line = user_line()
-    if settings.strict:
-        _strict("host sync", line)
-    _counters["host_syncs"] += 1
-    _syncs[line] += 1
-
-
-def reset() -> None:
-    """Set every counter back to zero."""
-    for c in (_counters, _fallbacks, _ops, _syncs, _seconds):
-        c.clear()
-    _tables.clear()
-
-
-def as_dict() -> dict:
-    """All counters: totals, ops per lowering, CPU fallbacks per op, host syncs per line."""
-    out = dict(_counters)
-    for key in ("host_syncs", "compilations", "transfers_to_device", "transfers_to_host"):
-        out.setdefault(key, 0)
-    out["ops"] = dict(_ops)
-    out["fallbacks"] = dict(_fallbacks)
-    out["host_syncs_by_line"] = dict(_syncs)
-    out.update({name: round(v, 6) for name, v in _seconds.items()})
-    out.update({name: dict(table) for name, table in _tables.items()})
-    return out
-
-
-def report() -> str:
-    """A readable summary of :func:`as_dict`."""
-    d = as_dict()
-    lines = ["torch_pjrt metrics"]
-    for key in sorted(k for k, v in d.items() if not isinstance(v, dict)):
-        lines.append(f"  {key}: {d[key]}")
-    for title, table in (
-        ("CPU fallbacks", d["fallbacks"]),
-        ("host syncs by line", d["host_syncs_by_line"]),
-        *((name.replace("_", " "), dict(t)) for name, t in sorted(_tables.items())),
-        ("ops", d["ops"]),
-    ):
-        if table:
-            lines.append(f"  {title}:")
-            for name, n in sorted(table.items(), key=lambda kv: -kv[1])[:30]:
-                lines.append(f"    {n:8d}  {name}")
-    return "\n".join(lines)

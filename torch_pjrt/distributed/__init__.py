@@ -3,7 +3,7 @@
 ``register()`` (called when torch_pjrt registers the pjrt device) makes
 ``init_process_group("pjrt")`` work, and makes ``pjrt`` the default backend of pjrt
 tensors, so a plain ``init_process_group()`` picks it too. Under ``torchrun`` the JAX
-multi-process runtime starts by itself (:mod:`torch_pjrt.distributed.launch`).
+multi-process runtime starts by itself (:mod:`torch_pjrt.runtime.launch`).
 See docs/distributed.md.
 
 SPMD in one process (a mesh over this process's devices, sharded tensors, GSPMD):

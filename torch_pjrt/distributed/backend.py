@@ -29,7 +29,7 @@ from torch._C._distributed_c10d import AllgatherOptions, ReduceOp, _create_work_
 from torch.futures import Future
 
 from torch_pjrt import runtime
-from torch_pjrt import tensor as pjrt_tensor
+from torch_pjrt.device import tensor as pjrt_tensor
 from torch_pjrt.distributed import collectives, faults, functional
 
 __all__ = ["PjrtProcessGroup", "create"]

@@ -41,6 +41,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from torch_pjrt.config import settings
+
 log = logging.getLogger("torch_pjrt")
 
 __all__ = ["CollectiveChecker", "checks_enabled", "collective_timeout", "describe"]
@@ -57,20 +59,14 @@ _lock = threading.Lock()
 
 def checks_enabled() -> bool:
     """``TORCH_PJRT_DISTRIBUTED_CHECKS`` (default on)."""
-    value = os.environ.get("TORCH_PJRT_DISTRIBUTED_CHECKS", "1").strip().lower()
-    return value not in ("0", "false", "off", "no")
+    return settings.distributed_checks
 
 
 def collective_timeout(group_timeout: timedelta | None) -> timedelta:
     """``TORCH_PJRT_COLLECTIVE_TIMEOUT`` (seconds) when set, else the group's timeout."""
-    value = os.environ.get("TORCH_PJRT_COLLECTIVE_TIMEOUT", "").strip()
-    if value:
-        try:
-            return timedelta(seconds=float(value))
-        except ValueError:
-            raise ValueError(
-                f"TORCH_PJRT_COLLECTIVE_TIMEOUT must be a number of seconds, got {value!r}"
-            ) from None
+    seconds = settings.collective_timeout
+    if seconds is not None:
+        return timedelta(seconds=seconds)
     return group_timeout if group_timeout is not None else timedelta(minutes=30)
 
 

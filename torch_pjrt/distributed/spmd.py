@@ -27,8 +27,8 @@ import torch
 from jax.sharding import NamedSharding, PartitionSpec
 
 from torch_pjrt import runtime
-from torch_pjrt import tensor as _tensor
-from torch_pjrt.modes import fused
+from torch_pjrt.device import tensor as _tensor
+from torch_pjrt.runtime import executor
 
 if TYPE_CHECKING:
     from torch.distributed.tensor.placement_types import Placement
@@ -125,9 +125,9 @@ def device_mesh(mesh_shape: Sequence[int] | int, mesh_dim_names: Sequence[str] |
         raise RuntimeError(
             f"device_mesh: expected {len(shape)} distinct mesh_dim_names, got {names!r}"
         )
-    # from now on the execution paths align one-device arrays with mesh-sharded ones
-    # (align); nothing pays for SPMD before the first mesh
-    fused.mesh_in_use = True
+    # from now on the executor aligns one-device arrays with mesh-sharded ones
+    # (executor.align); nothing pays for SPMD before the first mesh
+    executor.use_meshes()
     return Mesh(jax.sharding.Mesh(np.array(devices, dtype=object).reshape(shape), names))
 
 
@@ -330,41 +330,3 @@ def distribute_module(
     if output_fn is not None:
         module.register_forward_hook(lambda mod, inputs, out: output_fn(mod, out, device_mesh))
     return module
-
-
-# --- used by the execution paths, only once a mesh exists (fused.mesh_in_use) -----
-
-
-def _mesh_sharding(arrays):
-    for a in arrays:
-        if isinstance(a, jax.Array):
-            sharding = a.sharding
-            if isinstance(sharding, NamedSharding) and len(sharding.device_set) > 1:
-                return sharding
-    return None
-
-
-def align(arrays: list) -> list | None:
-    """``arrays`` (a list whose items are arrays, lists of arrays or other values) with
-    every one-device array replicated over the mesh of the first mesh-sharded one; None
-    when nothing needed moving. JAX refuses to mix the two in one program; PyTorch sees
-    one device, so an unannotated tensor meeting a sharded one is replicated, as in
-    PyTorch/XLA's SPMD mode."""
-    flat = [x for a in arrays for x in (a if isinstance(a, (list, tuple)) else (a,))]
-    sharding = _mesh_sharding(flat)
-    if sharding is None:
-        return None
-    replicated = NamedSharding(sharding.mesh, PartitionSpec())
-    devices = sharding.device_set
-    moved = False
-
-    def fix(x):
-        nonlocal moved
-        if isinstance(x, jax.Array) and x.sharding.device_set != devices:
-            moved = True
-            with jax.enable_x64(True):
-                return jax.device_put(x, replicated)
-        return x
-
-    out = [type(a)(fix(x) for x in a) if isinstance(a, (list, tuple)) else fix(a) for a in arrays]
-    return out if moved else None

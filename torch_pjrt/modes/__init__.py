@@ -1,4 +1,4 @@
-"""Execution modes (debug, eager, fused), training steps, and strict mode.
+"""Execution modes (debug, eager, fused) and training steps.
 
 ``debug``  runs each op synchronously: an error surfaces at the line that caused it;
            ``TORCH_PJRT_CHECK_NAN`` and ``TORCH_PJRT_CHECK_NUMERICS`` check every op.
@@ -8,18 +8,17 @@
            value is needed on the host, at ``synchronize()``, at the end of a
            ``torch_pjrt.step()``, or when the recording reaches ``fused_max_ops``.
 
-Strict mode turns silent slowdowns into errors: a CPU fallback anywhere, and a host
-sync or a new compilation inside a ``torch_pjrt.step()`` after the warm-up steps.
+Steps also number a loop's iterations for strict mode (``diagnostics/strict.py``, which
+listens to ``runtime.events`` and reads :func:`steps_done` and :func:`in_step`).
 
 Example:
     >>> torch_pjrt.set_mode("fused")
-    >>> with torch_pjrt.strict():
-    ...     for x, y in batches:
-    ...         with torch_pjrt.step():
-    ...             loss = loss_fn(model(x), y)
-    ...             loss.backward()
-    ...             opt.step()
-    ...             opt.zero_grad()
+    >>> for x, y in batches:
+    ...     with torch_pjrt.step():
+    ...         loss = loss_fn(model(x), y)
+    ...         loss.backward()
+    ...         opt.step()
+    ...         opt.zero_grad()
 """
 
 from __future__ import annotations
@@ -27,65 +26,60 @@ from __future__ import annotations
 import contextlib
 import threading
 
-from torch_pjrt.config import settings
-from torch_pjrt.diagnostics import metrics
+# NOTE: names, not the module: torch_pjrt's `config` attribute is the function
+from torch_pjrt.config import MODES, _mode_listeners, config, settings
+from torch_pjrt.runtime import events as metrics
 
-__all__ = ["MODES", "StrictModeError", "get_mode", "mode", "set_mode", "step", "strict"]
-
-MODES = ("debug", "eager", "fused")
-
-
-def _check(name: str) -> str:
-    if name not in MODES:
-        raise ValueError(f"torch_pjrt mode must be one of {', '.join(MODES)}, but got {name!r}")
-    return name
+__all__ = ["MODES", "get_mode", "in_step", "mode", "set_mode", "step", "steps_done"]
 
 
 def get_mode() -> str:
-    """The current execution mode: ``"debug"``, ``"eager"`` or ``"fused"``."""
+    """The execution mode in effect in this thread: ``"debug"``, ``"eager"`` or
+    ``"fused"`` (that of its innermost ``torch_pjrt.mode()`` block, else the process's)."""
     return settings.mode
 
 
 def set_mode(name: str) -> None:
-    """Switch the execution mode for the whole process (every thread and device).
+    """Switch the execution mode of the process: every thread and device, except a
+    thread inside a ``torch_pjrt.mode()`` block, which keeps that block's mode until the
+    block ends.
 
     Leaving ``fused`` first runs what was recorded, so values are exact across a switch.
+    An unknown name raises ValueError.
     """
-    _check(name)
-    if settings.mode == "fused" and name != "fused":
-        from torch_pjrt.modes import fused
-
-        fused.flush_all("mode switch")
-    settings.mode = name
+    settings.mode = name  # checked; _leave_fused runs first
 
 
-@contextlib.contextmanager
 def mode(name: str):
-    """Run a block in another execution mode, then switch back.
+    """Run a block (or a function, as a decorator) in another execution mode, then
+    switch back. The mode holds for the thread that entered the block only: other
+    threads keep theirs, so two threads can run in different modes at once.
 
     Example:
         >>> with torch_pjrt.mode("debug"):
         ...     y = model(x)
     """
-    previous = get_mode()
-    set_mode(name)
-    try:
-        yield
-    finally:
-        set_mode(previous)
+    return config(mode=name)
 
 
-# --- steps and strict mode ------------------------------------------------------------
+def _leave_fused(old: str, new: str) -> None:
+    """Before a switch from fused mode (a ``set_mode`` or a ``mode()`` block entered or
+    left), run what was recorded, so that the ops after the switch see exact values."""
+    if old == "fused":
+        from torch_pjrt.modes import fused
+
+        fused.flush_all("mode switch")
 
 
-class StrictModeError(RuntimeError):
-    """A silent slowdown that strict mode turns into an error."""
+_mode_listeners.append(_leave_fused)
+
+
+# --- steps ----------------------------------------------------------------------------
 
 
 _lock = threading.Lock()
-# depth: nesting of step blocks; count: outermost steps entered; strict_from: the count
-# when strict mode was turned on (its warm-up counts from there)
-_steps = {"depth": 0, "count": 0, "strict_from": 0}
+# depth: nesting of step blocks; count: outermost steps entered
+_steps = {"depth": 0, "count": 0}
 
 
 class step(contextlib.ContextDecorator):
@@ -132,56 +126,6 @@ def steps_done() -> int:
     return _steps["count"]
 
 
-def _in_checked_step() -> bool:
-    return _steps["depth"] > 0 and _steps["count"] - _steps["strict_from"] > settings.strict_warmup
-
-
-def _step_number() -> int:
-    """The current step, counted from when strict mode was turned on."""
-    return _steps["count"] - _steps["strict_from"]
-
-
-def _watch(event: str, what: str) -> None:
-    """Called by :mod:`torch_pjrt.metrics` for every fallback, host sync and
-    compilation while strict mode is on."""
-    if event == "fallback":
-        raise StrictModeError(
-            f"torch_pjrt strict mode: '{what}' has no pjrt lowering and would run on the CPU "
-            f"(at {metrics.user_line()}). Run it outside strict mode to see how often it "
-            "happens, or replace it with ops that have lowerings (docs/fallback.md)."
-        )
-    if not _in_checked_step():
-        return
-    if event == "host sync":
-        raise StrictModeError(
-            f"torch_pjrt strict mode: host sync inside step {_step_number()} at {what}: the "
-            "host waits for the device here (.item(), .cpu(), .tolist(), print, bool(tensor), "
-            "synchronize, or a data-dependent shape). Move it out of the step, or read the "
-            "value every N steps outside torch_pjrt.step()."
-        )
-    if event == "compilation":
-        raise StrictModeError(
-            f"torch_pjrt strict mode: new XLA compilation inside step {_step_number()} after "
-            f"the {settings.strict_warmup} warm-up steps, at {metrics.user_line()}: {what}. "
-            "Shapes, dtypes or non-tensor arguments changed from the steps before; keep them "
-            "fixed (pad to buckets), or raise settings.strict_warmup."
-        )
-
-
-@contextlib.contextmanager
-def strict(enabled: bool = True):
-    """Raise :class:`StrictModeError` on CPU fallbacks, and on host syncs and new
-    compilations inside a ``torch_pjrt.step()`` after the warm-up steps
-    (``settings.strict_warmup``, default 2). ``TORCH_PJRT_STRICT=1`` turns it on
-    for the whole process."""
-    previous = settings.strict
-    if enabled and not previous:
-        _steps["strict_from"] = _steps["count"]
-    settings.strict = enabled
-    try:
-        yield
-    finally:
-        settings.strict = previous
-
-
-_check(settings.mode)
+def in_step() -> bool:
+    """Whether this point is inside a ``torch_pjrt.step()`` block."""
+    return _steps["depth"] > 0

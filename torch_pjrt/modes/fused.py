@@ -17,23 +17,23 @@ records the same ops every step reuses one program from its second step on.
 NOTE: which pending values are still held is read from reference counts: the
 recording itself holds each pending value once, in its node's ``outs``; any other
 reference (a storage cell, a caller's local) means the value must be an output. This
-errs on the side of more outputs, never fewer.
+errs on the side of more outputs, never fewer. Which inputs may be donated is decided
+by ownership instead (``tensor.Cell``): an input whose owning cell let it go.
 """
 
 from __future__ import annotations
 
 import sys
 import threading
-import time
 
 import jax
 import numpy as np
 
-from torch_pjrt import runtime
 from torch_pjrt.config import settings
-from torch_pjrt.diagnostics import metrics
+from torch_pjrt.runtime import events as metrics
+from torch_pjrt.runtime import executor
 
-__all__ = ["Pending", "Unfusable", "apply", "concrete", "flush_all", "record"]
+__all__ = ["Pending", "Unfusable", "apply", "concrete", "flush_all", "record", "released"]
 
 _SCALARS = (bool, int, float, complex)
 try:  # the class of concrete JAX arrays (an identity test is the cheapest check)
@@ -79,7 +79,8 @@ class Pending:
             if self.value is None and self.error is not None:
                 raise RuntimeError(
                     "pjrt: the fused program that computes this value failed: "
-                    f"{type(self.error).__name__}: {self.error}"
+                    f"{type(self.error).__name__}: {self.error}\n"
+                    f"{getattr(self.error, 'pjrt_context', '')}"
                 ) from self.error
             if self.value is None:
                 raise RuntimeError(
@@ -102,15 +103,9 @@ def concrete(x, reason: str = "value needed"):
     return x
 
 
-# NOTE: set by torch_pjrt.distributed.spmd when the first mesh is made. Arrays laid out
-# over several devices are not recorded (their ops run eagerly, where jit follows their
-# shardings): a recording's program puts its outputs on the one device it belongs to.
-mesh_in_use = False
-
 _lock = threading.RLock()
 _shapes: dict = {}  # (fn, treedef, argument signatures) -> (output treedef, avals)
-_programs: dict = {}  # recording key -> jitted replay (insertion order: oldest first)
-_MAX_PROGRAMS = 1024
+_MAX_PROGRAMS = 1024  # per device: past it, the oldest program goes
 
 
 def _spec(leaf):
@@ -132,6 +127,9 @@ class _Graph:
     def __init__(self, index: int):
         self.index = index
         self.last_key = None
+        self.program = executor.Program(
+            "fused", f"pjrt:{index} recording", self._build, _describe, placed=lambda key: index
+        )
         self._clear()
 
     def _clear(self):
@@ -140,6 +138,7 @@ class _Graph:
         self.inputs = []
         self.input_sigs = []
         self.input_slots = {}  # id(array) -> slot (arrays stay alive in self.inputs)
+        self.released = set()  # slots of inputs their owning cell let go (donatable)
 
     def record(self, fn, args: tuple, name: str):
         leaves, treedef = jax.tree_util.tree_flatten(args)
@@ -163,7 +162,10 @@ class _Graph:
                 sigs.append(leaf.aval)
             else:
                 raise Unfusable(cls.__name__)
-            if mesh_in_use and len(leaf.sharding.device_set) > 1:
+            # NOTE: arrays laid out over a mesh are not recorded (their ops run eagerly,
+            # where jit follows their shardings): a recording's program puts its outputs
+            # on the one device it belongs to
+            if executor.mesh_in_use and len(leaf.sharding.device_set) > 1:
                 raise Unfusable("an array sharded over a mesh")
             slot = slots.get(id(leaf))
             if slot is None:
@@ -204,15 +206,13 @@ class _Graph:
                         held.append(p)
             donated = self._donatable(held)
             key = (
-                self.index,
                 tuple([node[:3] for node in nodes]),
                 tuple(self.input_sigs),
                 tuple(outputs),
                 donated,
             )
-            program = _programs.get(key)
-            first = program is None
-            start = time.perf_counter()
+            program = self.program
+            known = key in program.cache
             inputs = self.inputs
             if donated:
                 gone = set(donated)
@@ -222,53 +222,65 @@ class _Graph:
             else:
                 inputs = ((), inputs)
             try:
-                if first:
-                    program = self._program(key)
-                with jax.enable_x64(True):
-                    values = program(*inputs)
+                values = program(key, *inputs)
             except Exception as exc:
                 # the recording is dropped; its values report this error when read
+                exc.pjrt_context = self._context(reason)
+                if hasattr(exc, "add_note"):  # (Python 3.11+)
+                    exc.add_note(exc.pjrt_context)
                 self._drop(nodes, exc)
                 raise
-            if first:
-                if len(_programs) >= _MAX_PROGRAMS:  # the oldest program goes
-                    del _programs[next(iter(_programs))]
-                _programs[key] = program
-            else:
+            if known:
                 metrics.count("fused_cache_hits")
+            elif len(program.cache) > _MAX_PROGRAMS:  # the oldest program goes
+                del program.cache[next(iter(program.cache))]
             for p, value in zip(held, values):
                 p.value = value
-            names, self.last_key = self.names, key
+            self.last_key = key
             self._drop(nodes, None)
             metrics.count("fused_flushes")
             metrics.count("fused_executions")
             metrics.tally("fused_flush_reasons", reason)
-            if first:
-                metrics.compilation(
-                    "fused", None, time.perf_counter() - start, _cause(names, key, self)
-                )
         if wanted is not None and wanted.value is None and wanted.graph is self:
             wanted.graph = None
 
     def _donatable(self, held: list) -> tuple:
         """Slots of the inputs whose buffers the program may reuse for its outputs: arrays
-        that nothing but this recording holds any more (the old value of a parameter
-        updated in place, say) and whose shape and dtype an output has."""
+        whose owning storage cell let them go while this recording held them (the old
+        value of a parameter updated in place, say: ``tensor.Cell.own``), and whose shape
+        and dtype an output has. Nothing else holds such an array."""
+        if not self.released:
+            return ()
         free = {}
         for p in held:
             k = (p.shape, p.dtype)
             free[k] = free.get(k, 0) + 1
         donated = []
         inputs = self.inputs
-        for i in range(len(inputs)):
-            x = inputs[i]  # (not enumerate: its reused tuple would hold x too)
-            # held by self.inputs, x and getrefcount's argument only
-            if x.__class__ is _ArrayImpl and sys.getrefcount(x) <= 3:
-                k = (x.shape, x.dtype)
-                if free.get(k):
-                    free[k] -= 1
-                    donated.append(i)
+        for i in sorted(self.released):
+            x = inputs[i]
+            k = (x.shape, x.dtype)
+            if free.get(k):
+                free[k] -= 1
+                donated.append(i)
         return tuple(donated)
+
+    def release(self, array) -> None:
+        """``array``'s owning cell let it go: if the recording holds it as an input, no
+        one else does, and the program may donate its buffer."""
+        slot = self.input_slots.get(id(array))
+        if slot is not None and self.inputs[slot] is array and array.__class__ is _ArrayImpl:
+            self.released.add(slot)
+
+    def _context(self, reason: str) -> str:
+        """Which ops a failed program ran, and where the host asked for it."""
+        names = self.names
+        shown = ", ".join(names[:8]) + (f", ... ({len(names) - 8} more)" if len(names) > 8 else "")
+        return (
+            f"pjrt: in the fused program of the {len(names)} ops recorded on "
+            f"pjrt:{self.index} ({shown}), run for '{reason}' at {metrics.user_line()}. "
+            "Run with TORCH_PJRT_MODE=debug to raise at the op, at its own line."
+        )
 
     def _drop(self, nodes, error) -> None:
         for node in nodes:
@@ -277,8 +289,8 @@ class _Graph:
                 p.error = error
         self._clear()
 
-    def _program(self, key):
-        _, nodes, sigs, outputs, donated = key
+    def _build(self, key):
+        nodes, sigs, outputs, donated = key
         unflatten, leaves_of = jax.tree_util.tree_unflatten, jax.tree_util.tree_leaves
         gone = set(donated)
         kept = [i for i in range(len(sigs)) if i not in gone]
@@ -296,34 +308,29 @@ class _Graph:
             return [env[n][i] for n, i in outputs]
 
         replay.__name__ = replay.__qualname__ = f"fused_{len(nodes)}_ops"
-        sharding = jax.sharding.SingleDeviceSharding(runtime.device(self.index))
-        return jax.jit(replay, out_shardings=sharding, donate_argnums=(0,) if donated else ())
+        return replay, bool(donated)
 
     def __repr__(self) -> str:
         return f"<fused recording of pjrt:{self.index}, {len(self.nodes)} ops>"
 
 
-def _cause(names, key, graph) -> str:
-    last = getattr(graph, "_last_compiled", None)
-    graph._last_compiled = (names, key)
-    if last is None:
-        return "first recording"
-    old_names, old = last
-    for i, (a, b) in enumerate(zip(old[1], key[1])):
-        if a != b:
-            was = old_names[i] if i < len(old_names) else "?"
-            return f"op {i} differs: {names[i]} (was {was})"
-    if len(old[1]) != len(key[1]):
-        return f"{len(key[1])} ops recorded (was {len(old[1])})"
-    change = metrics.describe_change(
-        [(f"input {i}", s) for i, s in enumerate(old[2])],
-        [(f"input {i}", s) for i, s in enumerate(key[2])],
-    )
-    if change != "new argument signature":
-        return change
-    if old[4] != key[4]:
-        return "other inputs may be overwritten (values the caller no longer holds changed)"
-    return "other values held by the program's caller (its outputs changed)"
+def _op_name(fn) -> str:
+    return getattr(fn, "__name__", type(fn).__name__)
+
+
+def _describe(key, traced) -> list:
+    """What a recording's program is made of, for its compile causes: how many ops, each
+    op, where each op's arguments come from, the inputs, which values come out, and which
+    inputs are donated."""
+    nodes, sigs, outputs, donated = key
+    return [
+        ("ops recorded", len(nodes)),
+        *((f"op {i}", _op_name(fn)) for i, (fn, _, _) in enumerate(nodes)),
+        *((f"arguments of op {i} ({_op_name(n[0])})", n[1:]) for i, n in enumerate(nodes)),
+        *((f"input {i}", s) for i, s in enumerate(sigs)),
+        ("values the program's caller holds (its outputs)", outputs),
+        ("inputs donated (values the caller no longer holds)", donated),
+    ]
 
 
 _graphs: dict[int, _Graph] = {}
@@ -342,6 +349,14 @@ def _graph(index: int) -> _Graph:
     return graph
 
 
+def released(array, index: int) -> None:
+    """A storage cell that owned ``array`` let it go (``tensor.Cell``): the recording of
+    its device may donate the buffer if it holds it."""
+    graph = _graphs.get(index)
+    if graph is not None and graph.nodes:
+        graph.release(array)
+
+
 def record(fn, args: tuple, index: int, name: str = "op"):
     """Record ``fn(*args)`` on device ``index``; returns its outputs as pending values."""
     with _lock:
@@ -355,21 +370,9 @@ def apply(fn, args: tuple, index: int, name: str):
             return record(fn, args, index, name)
         except Unfusable:
             pass
+    args = executor.align(list(concrete(args)))
     with jax.enable_x64(True):
-        args = concrete(args)
-        try:
-            return fn(*args)
-        except Exception:
-            if not mesh_in_use:
-                raise
-            # SPMD (torch_pjrt.distributed.spmd): a one-device value meets a sharded one
-            # (a CPU tensor copied into a slice of a sharded tensor): replicate it, retry
-            from torch_pjrt.distributed import spmd
-
-            aligned = spmd.align(list(args))
-            if aligned is None:
-                raise
-            return fn(*aligned)
+        return fn(*args)
 
 
 def flush_all(reason: str) -> None:

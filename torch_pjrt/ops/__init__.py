@@ -3,40 +3,48 @@
 from __future__ import annotations
 
 import logging
-import warnings
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from torch_pjrt.config import settings
-from torch_pjrt.diagnostics import metrics
 from torch_pjrt.ops import (  # noqa: F401  (each module registers its lowerings)
+    activation,
+    arithmetic,
     autocast,
+    comparison,
+    convolution,
     creation,
     decompositions,
-    elementwise,
+    embedding,
+    factorizations,
     fft,
     foreach,
-    graph,
+    histogram,
     indexing,
+    interpolation,
     linalg,
+    loss,
     memory,  # noqa: F401  (registers the primitives)
-    nn,
-    nn_extra,
+    normalization,
     optim,
+    pooling,
     random,
+    recurrent,
     reduction,
     registry,
-    sampling,
+    segments,
     shape,
+    sorting,
     special,
+    unary,
+    variants,
+    views,
 )
+from torch_pjrt.ops import fallback as pjrt_fallback
 
 log = logging.getLogger("torch_pjrt")
 
 _lib: torch.library.Library | None = None
 _fallback_lib: torch.library.Library | None = None
-_warned: set[str] = set()
 
 
 def _has_kernel(op, key: str) -> bool:
@@ -74,13 +82,13 @@ def install() -> None:
         _impl(lib, op, kernel)
         done.add(op)
     for op, kernel in kernels.items():
-        variant = registry.inplace_variant(op)
+        variant = variants.inplace_variant(op)
         if variant is not None and variant not in done:
-            _impl(lib, variant, registry.InplaceKernel(kernel))
+            _impl(lib, variant, variants.InplaceKernel(kernel, variant))
             done.add(variant)
-        for variant, outs in registry.out_variants(op):
+        for variant, outs in variants.out_variants(op):
             if variant not in done:
-                _impl(lib, variant, registry.OutKernel(kernel, outs))
+                _impl(lib, variant, variants.OutKernel(kernel, variant, outs))
                 done.add(variant)
     for op, fn in decompositions.kernels(done, _has_kernel):
         _impl(lib, op, fn)
@@ -88,77 +96,6 @@ def install() -> None:
     memory.register_host_pinning(lib)
     memory.register_storage_resize()
     fallback = torch.library.Library("_", "IMPL")
-    fallback.fallback(_cpu_fallback, "PrivateUse1")
+    fallback.fallback(pjrt_fallback.boxed, "PrivateUse1")
     autocast.install(lib, fallback)
     _lib, _fallback_lib = lib, fallback
-
-
-def _first_pjrt_index(flat) -> int:
-    for x in flat:
-        if isinstance(x, torch.Tensor) and x.device.type == "pjrt":
-            return x.device.index or 0
-    return 0
-
-
-def _write_back(orig, new) -> None:
-    if isinstance(orig, torch.Tensor) and orig.device.type == "pjrt":
-        if orig.shape != new.shape:
-            orig.resize_(new.shape)
-        orig.copy_(new)
-
-
-def _cpu_fallback(op, *args, **kwargs):
-    """Run an op with no lowering on the CPU: a safety net, counted and warned once."""
-    if settings.fallback == "error":
-        raise registry.LoweringMissing(op)
-    name = str(op)
-    metrics.fallback(name)
-    if name not in _warned:
-        _warned.add(name)
-        warnings.warn(
-            f"torch_pjrt: '{name}' has no pjrt lowering and runs on the CPU (slow: copies to "
-            "the host and back). Set TORCH_PJRT_FALLBACK=error to make this an error.",
-            stacklevel=3,
-        )
-    flat, spec = tree_flatten((args, kwargs))
-    index = _first_pjrt_index(flat)
-    on_cpu = [
-        x.cpu() if isinstance(x, torch.Tensor) and x.device.type == "pjrt" else x for x in flat
-    ]
-    cpu_args, cpu_kwargs = tree_unflatten(on_cpu, spec)
-    result = op(*cpu_args, **cpu_kwargs)
-    # write back every argument the op mutates (tensor lists element by element:
-    # _fused_adamw_, _foreach_*_)
-    schema_args = op._schema.arguments
-    for i, a in enumerate(schema_args):
-        if a.alias_info is not None and a.alias_info.is_write:
-            orig = args[i] if i < len(args) else kwargs.get(a.name)
-            new = cpu_args[i] if i < len(cpu_args) else cpu_kwargs.get(a.name)
-            if isinstance(orig, (list, tuple)):
-                for o, n in zip(orig, new):
-                    _write_back(o, n)
-            else:
-                _write_back(orig, new)
-    returns = op._schema.returns
-    results = result if isinstance(result, tuple) else (result,)
-    out = []
-    for r_schema, r in zip(returns, results):
-        alias = r_schema.alias_info
-        if alias is not None and alias.is_write:
-            # return the mutated pjrt argument itself
-            for i, a in enumerate(schema_args):
-                if a.alias_info is not None and a.alias_info.before_set == alias.before_set:
-                    out.append(args[i] if i < len(args) else kwargs.get(a.name))
-                    break
-            continue
-        if isinstance(r, torch.Tensor):
-            out.append(r.to(f"pjrt:{index}"))
-        elif isinstance(r, (list, tuple)):
-            out.append(
-                type(r)(x.to(f"pjrt:{index}") if isinstance(x, torch.Tensor) else x for x in r)
-            )
-        else:
-            out.append(r)
-    if not isinstance(result, tuple):
-        return out[0] if out else result
-    return tuple(out)

@@ -7,6 +7,8 @@ wrapped numbers.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -16,7 +18,17 @@ from torch._prims_common import elementwise_dtypes
 
 from torch_pjrt.runtime.transfer import jax_dtype, torch_dtype
 
-__all__ = ["KIND", "is_low_float", "is_weak", "opmath", "promote", "result_type", "stand_in"]
+__all__ = [
+    "KIND",
+    "in_opmath",
+    "is_low_float",
+    "is_weak",
+    "opmath",
+    "promote",
+    "result_type",
+    "stand_in",
+    "upcast",
+]
 
 
 def is_low_float(dtype) -> bool:
@@ -27,6 +39,11 @@ def is_low_float(dtype) -> bool:
 def opmath(dtype):
     """The dtype ATen's CPU kernels compute and accumulate in: float32 for half types."""
     return jnp.float32 if is_low_float(dtype) else dtype
+
+
+def upcast(x):
+    """``x`` in its :func:`opmath` dtype."""
+    return x.astype(opmath(x.dtype))
 
 
 def is_weak(x) -> bool:
@@ -71,7 +88,6 @@ def promote(kind=KIND.DEFAULT, n=None):
     """
 
     def wrap(fn):
-        import functools
         import inspect
 
         names = list(inspect.signature(fn).parameters)
@@ -96,4 +112,24 @@ def promote(kind=KIND.DEFAULT, n=None):
     return wrap
 
 
-del jax
+_LOW = (jnp.float16, jnp.bfloat16)
+
+
+def in_opmath(fn):
+    """Compute in float32 for half-precision arrays and round once at the end, as ATen's
+    CPU kernels do."""
+
+    @functools.wraps(fn)
+    def lowered(**kwargs):
+        low = next((v.dtype for v in kwargs.values() if _low(v)), None)
+        if low is None:
+            return fn(**kwargs)
+        kwargs = {k: v.astype(jnp.float32) if _low(v) else v for k, v in kwargs.items()}
+        out = fn(**kwargs)
+        return jax.tree.map(lambda o: o.astype(low) if o.dtype == jnp.float32 else o, out)
+
+    return lowered
+
+
+def _low(v) -> bool:
+    return isinstance(v, jax.Array) and not is_weak(v) and v.dtype in _LOW

@@ -1,7 +1,8 @@
-"""Creation lowerings: ranges, identity matrices, triangle indices.
+"""Creation lowerings: ranges, identity matrices, triangle indices; factories in graphs.
 
 ``full``, ``zeros``, ``ones``, ``scalar_tensor`` and the ``*_like`` ops are
-CompositeExplicitAutograd in ATen (``empty`` then ``fill_``) and need nothing here.
+CompositeExplicitAutograd in ATen (``empty`` then ``fill_``) and need no eager kernel
+here; in traced graphs they are lowered as values (``lowers_in_graphs``, below).
 """
 
 from __future__ import annotations
@@ -14,18 +15,16 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from torch_pjrt import random as pjrt_random
-from torch_pjrt import runtime
+from torch_pjrt.device import random as pjrt_random
+from torch_pjrt.device.tensor import wrap
 from torch_pjrt.modes import fused
+from torch_pjrt.ops._helpers import default_dtype, spaced
 from torch_pjrt.ops.registry import implements, lowers
+from torch_pjrt.ops.registry import lowers_in_graphs as in_graphs
+from torch_pjrt.runtime import executor
 from torch_pjrt.runtime.transfer import jax_dtype
-from torch_pjrt.tensor import wrap
 
 aten = torch.ops.aten
-
-
-def _dtype(dtype):
-    return jax_dtype(dtype if dtype is not None else torch.get_default_dtype())
 
 
 def _acc_dtype(dtype: torch.dtype):
@@ -57,7 +56,7 @@ def _arange_length(start, end, step, dtype: torch.dtype) -> int:
 
 
 @functools.cache
-def _arange_program(length: int, dtype: torch.dtype):
+def _arange_program(length: int, dtype: torch.dtype, index: int):
     acc = _acc_dtype(dtype)
 
     def program(start, step):
@@ -65,7 +64,7 @@ def _arange_program(length: int, dtype: torch.dtype):
             jax_dtype(dtype)
         )
 
-    return jax.jit(program)
+    return jax.jit(program, out_shardings=executor.on_device(index))  # (no inputs to follow)
 
 
 def _resized(out: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
@@ -87,11 +86,9 @@ def _arange(start, end, step, dtype: torch.dtype, index: int) -> torch.Tensor:
     # Python numbers go in as weakly typed arguments (cast to the accumulation dtype
     # inside the program): nothing to transfer, and fused mode records them as inputs
     to_python = int if jnp.issubdtype(_acc_dtype(dtype), jnp.integer) else float
-    program = _arange_program(length, dtype)
+    program = _arange_program(length, dtype, index)
     out = fused.apply(program, (to_python(start), to_python(step)), index, "arange")
-    if out.__class__ is not fused.Pending and index != 0:
-        out = jax.device_put(out, runtime.device(index))
-    return wrap(out, index)
+    return wrap(out, index, owned=True)
 
 
 @implements(aten.arange.start_step)
@@ -113,44 +110,52 @@ def arange_out(end, *, out):
     return arange_start_out(0, end, 1, out=out)
 
 
+# --- arange in graphs ---------------------------------------------------------------------
+
+
+def _arange_dtype(dtype, *values):
+    if dtype is not None:
+        return dtype
+    integral = all(isinstance(v, (bool, int)) for v in values)
+    return torch.int64 if integral else torch.get_default_dtype()
+
+
+@in_graphs(aten.arange.default)
+def arange_end_in_graphs(end, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return arange_in_graphs(0, end, 1, dtype=dtype)
+
+
+@in_graphs(aten.arange.start, aten.arange.start_step)
+def arange_in_graphs(start, end, step=1, *, dtype=None, layout=None, device=None, pin_memory=None):
+    dtype = _arange_dtype(dtype, start, end, step)
+    length = _arange_length(start, end, step, dtype)
+    acc = _acc_dtype(dtype)
+    steps = jnp.asarray(step, acc) * jnp.arange(length, dtype=acc)
+    return (jnp.asarray(start, acc) + steps).astype(jax_dtype(dtype))
+
+
 # --- linspace and logspace: static length ---------------------------------------------
-
-
-def _spaced(start, end, steps: int, dtype):
-    """PyTorch's CPU linspace: from both ends towards the middle, step in ``dtype``."""
-    integral = not jnp.issubdtype(dtype, jnp.inexact)
-    step_dtype = jnp.float64 if integral else dtype
-    start, end = jnp.asarray(start).astype(dtype), jnp.asarray(end).astype(dtype)
-    if steps == 1:
-        return jnp.reshape(start, (1,)).astype(step_dtype)
-    # XLA turns a division by a constant into a multiplication by its inexact reciprocal
-    divisor = jax.lax.optimization_barrier(jnp.asarray(steps - 1, step_dtype))
-    step = (end.astype(step_dtype) - start.astype(step_dtype)) / divisor
-    i = jnp.arange(steps)
-    from_start = start + step * i.astype(step_dtype)
-    from_end = end - step * (steps - i - 1).astype(step_dtype)
-    return jnp.where(i < steps // 2, from_start, from_end)
 
 
 @lowers(aten.linspace.default)
 def linspace(start, end, steps, dtype=None, layout=None, device=None, pin_memory=None):
-    dtype = _dtype(dtype)
-    return _spaced(start, end, steps, dtype).astype(dtype)
+    dtype = default_dtype(dtype)
+    return spaced(start, end, steps, dtype).astype(dtype)
 
 
 @lowers(aten.logspace.default)
 def logspace(start, end, steps, base=10.0, dtype=None, layout=None, device=None, pin_memory=None):
-    dtype = _dtype(dtype)
+    dtype = default_dtype(dtype)
     if steps == 1:
         exponent = jnp.reshape(jnp.asarray(start).astype(jnp.float64), (1,))
         return jnp.power(jnp.float64(base), exponent).astype(dtype)
     if not jnp.issubdtype(dtype, jnp.inexact):
-        exponent = _spaced(start, end, steps, dtype)
+        exponent = spaced(start, end, steps, dtype)
         return jnp.power(jnp.float64(base), exponent).astype(dtype)
     # reduced floats: the ends are rounded to dtype, the exponents computed in float32
     compute = jnp.float32 if jnp.finfo(dtype).bits < 32 else dtype
     start, end = (jnp.asarray(x).astype(dtype).astype(compute) for x in (start, end))
-    exponent = _spaced(start, end, steps, compute)
+    exponent = spaced(start, end, steps, compute)
     return jnp.power(jnp.asarray(base, compute), exponent).astype(dtype)
 
 
@@ -173,12 +178,12 @@ implements(aten.logspace.out)(_space_out(aten.logspace.default))
 def efficient_zero_tensor(size, dtype=None, layout=None, device=None, pin_memory=None):
     # PyTorch's backward formulas make these for gradients known to be zero (sgn of a
     # real input); pjrt has no ZeroTensor dispatch key, so the zeros are real
-    return jnp.zeros(tuple(size), _dtype(dtype))
+    return jnp.zeros(tuple(size), default_dtype(dtype))
 
 
 @lowers(aten.eye.default, aten.eye.m)
 def eye(n, m=None, dtype=None, layout=None, device=None, pin_memory=None):
-    return jnp.eye(n, n if m is None else m, dtype=_dtype(dtype))
+    return jnp.eye(n, n if m is None else m, dtype=default_dtype(dtype))
 
 
 def _triangle_indices(row: int, col: int, offset: int, lower: bool, dtype):
@@ -198,3 +203,75 @@ def tril_indices(row, col, offset=0, dtype=None, layout=None, device=None, pin_m
 @lowers(aten.triu_indices.default)
 def triu_indices(row, col, offset=0, dtype=None, layout=None, device=None, pin_memory=None):
     return _triangle_indices(row, col, offset, False, dtype)
+
+
+# --- allocation in graphs (eagerly: ``empty``, then ``fill_``) ----------------------------
+
+
+def _fill_dtype(fill_value):
+    if isinstance(fill_value, bool):
+        return jnp.bool_
+    if isinstance(fill_value, int):
+        return jnp.int64
+    if isinstance(fill_value, complex):
+        wide = torch.get_default_dtype() == torch.float64
+        return jax_dtype(torch.complex128 if wide else torch.complex64)
+    return jax_dtype(torch.get_default_dtype())
+
+
+@in_graphs(aten.full.default)
+def full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
+    dtype = jax_dtype(dtype) if dtype is not None else _fill_dtype(fill_value)
+    return jnp.full(tuple(size), fill_value, dtype)
+
+
+@in_graphs(aten.full_like.default)
+def full_like(
+    self, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None
+):
+    return jnp.full(self.shape, fill_value, default_dtype(dtype, self))
+
+
+@in_graphs(aten.scalar_tensor.default)
+def scalar_tensor(s, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return jnp.asarray(s, default_dtype(dtype))
+
+
+def _constant(value):
+    def allocate(
+        size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None
+    ):
+        return jnp.full(tuple(size), value, default_dtype(dtype))
+
+    def like(self, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+        return jnp.full(self.shape, value, default_dtype(dtype, self))
+
+    def new(self, size, *, dtype=None, layout=None, device=None, pin_memory=None):
+        return jnp.full(tuple(size), value, default_dtype(dtype, self))
+
+    return allocate, like, new
+
+
+# NOTE: the contents of ``empty`` are unspecified; zeros are as good as any
+for _value, _ops in (
+    (0, (aten.zeros.default, aten.zeros_like.default, aten.new_zeros.default)),
+    (1, (aten.ones.default, aten.ones_like.default, aten.new_ones.default)),
+    (0, (aten.empty.memory_format, aten.empty_like.default, aten.new_empty.default)),
+):
+    for _op, _fn in zip(_ops, _constant(_value)):
+        in_graphs(_op)(_fn)
+
+
+@in_graphs(aten.empty_strided.default)
+def empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return jnp.zeros(tuple(size), default_dtype(dtype))
+
+
+@in_graphs(aten.new_empty_strided.default)
+def new_empty_strided(self, size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return jnp.zeros(tuple(size), default_dtype(dtype, self))
+
+
+@in_graphs(aten.new_full.default)
+def new_full(self, size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return jnp.full(tuple(size), fill_value, default_dtype(dtype, self))

@@ -10,8 +10,6 @@ from __future__ import annotations
 import torch
 from torch._decomp import core_aten_decompositions
 
-aten = torch.ops.aten
-
 # op -> why its decomposition is not used on pjrt
 EXCLUDED: dict = {}
 

@@ -8,29 +8,19 @@ and then run a static-shape lowering.
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
 
-from torch_pjrt.diagnostics import metrics
-from torch_pjrt.ops.registry import (
-    Kernel,
-    Lowering,
-    _dtype_name,
-    implements,
-    lowers,
-    resize_output,
-)
-from torch_pjrt.tensor import read, wrap
+from torch_pjrt.device.tensor import wrap
+from torch_pjrt.ops._helpers import dtype_name, run_jitted, wrap_dim
+from torch_pjrt.ops.registry import Kernel, Lowering, implements, lowers
+from torch_pjrt.ops.registry import lowers_in_graphs as in_graphs
+from torch_pjrt.ops.variants import resize_output
+from torch_pjrt.runtime import events as metrics
 
 aten = torch.ops.aten
-
-
-def _wrap_dim(dim: int, ndim: int) -> int:
-    return dim % max(ndim, 1) if dim < 0 else dim
 
 
 def _host_int(array) -> int:
@@ -39,23 +29,12 @@ def _host_int(array) -> int:
     return int(jax.device_get(array))
 
 
-@functools.cache
-def _jitted(fn, statics: tuple):
-    return jax.jit(functools.partial(fn, **dict(statics)))
-
-
-def _run(fn, t: torch.Tensor, **statics):
-    """``fn`` on t's array, jitted once per static arguments; JAX arrays out."""
-    with jax.enable_x64(True):
-        return _jitted(fn, tuple(sorted(statics.items())))(read(t))
-
-
 def _wrap_all(arrays, like: torch.Tensor):
     return tuple(wrap(a, like.device.index or 0) for a in arrays)
 
 
 def _count_nonzero(t: torch.Tensor) -> int:
-    return _host_int(_run(jnp.count_nonzero, t))
+    return _host_int(run_jitted(jnp.count_nonzero, t))
 
 
 # --- nonzero and masks ---------------------------------------------------------------
@@ -81,7 +60,7 @@ def nonzero_out(self, *, out):
     if out.dtype != torch.int64:  # (ATen's words, its missing space included)
         raise RuntimeError(
             f"nonzero: Expected out tensor to have scalar type Long but got scalar type"
-            f"{_dtype_name(out.dtype)}"
+            f"{dtype_name(out.dtype)}"
         )
     result = nonzero(self)
     resize_output(out, result.shape)
@@ -198,6 +177,19 @@ def _index_put_impl_(self, indices, values, accumulate=False, unsafe=False):
     return self.copy_(_index_put(self, indices, values, accumulate))
 
 
+# --- in graphs: integer indices (boolean masks have data-dependent shapes) ----------------
+
+
+@in_graphs(aten.index.Tensor, aten._unsafe_index.Tensor)
+def index_in_graphs(self, indices):
+    return _index_lowering(self, indices)
+
+
+@in_graphs(aten.index_put.default, aten._unsafe_index_put.default)
+def index_put_in_graphs(self, indices, values, accumulate=False):
+    return _index_put_lowering(self, indices, values, accumulate)
+
+
 @implements(aten.masked_select.default)
 def masked_select(self, mask):
     shape = torch.broadcast_shapes(self.shape, mask.shape)
@@ -251,7 +243,7 @@ def gather(self, dim, index, sparse_grad=False):
     if index.size == 0:
         return jnp.zeros(shape, self.dtype)
     self, index = _as_1d(self), _as_1d(index)
-    dim = _wrap_dim(dim, self.ndim)
+    dim = wrap_dim(dim, self.ndim)
     src = self[tuple(slice(None) if d == dim else slice(0, n) for d, n in enumerate(index.shape))]
     return jnp.take_along_axis(src, index, axis=dim).reshape(shape)
 
@@ -304,7 +296,7 @@ def scatter(self, dim, index, src=None, value=None, reduce=None):
         return self
     shape = self.shape
     self, index = _as_1d(self), _as_1d(index)
-    dim = _wrap_dim(dim, self.ndim)
+    dim = wrap_dim(dim, self.ndim)
     if src is None:
         src = jnp.broadcast_to(jnp.asarray(value).astype(self.dtype), index.shape)
     else:
@@ -323,7 +315,7 @@ def scatter_add(self, dim, index, src):
         return self
     shape = self.shape
     self, index, src = _as_1d(self), _as_1d(index), _as_1d(src)
-    where = _along(index, _wrap_dim(dim, self.ndim))
+    where = _along(index, wrap_dim(dim, self.ndim))
     return _add_at(self, where, _scatter_src(src, index).astype(self.dtype)).reshape(shape)
 
 
@@ -333,18 +325,18 @@ def scatter_reduce(self, dim, index, src, reduce, include_self=True):
         return self
     shape = self.shape
     self, index, src = _as_1d(self), _as_1d(index), _as_1d(src)
-    where = _along(index, _wrap_dim(dim, self.ndim))
+    where = _along(index, wrap_dim(dim, self.ndim))
     return _reduce_into(self, where, _scatter_src(src, index), reduce, include_self).reshape(shape)
 
 
 def _at_dim(self, dim: int, index) -> tuple:
-    return (slice(None),) * _wrap_dim(dim, self.ndim) + (index.reshape(-1),)
+    return (slice(None),) * wrap_dim(dim, self.ndim) + (index.reshape(-1),)
 
 
 def _source_like(self, dim: int, index, source):
     """``source`` shaped as the positions ``self[..., index, ...]`` it lands in."""
     shape = list(self.shape)
-    shape[_wrap_dim(dim, self.ndim)] = index.size
+    shape[wrap_dim(dim, self.ndim)] = index.size
     return source.reshape(shape).astype(self.dtype)
 
 
@@ -352,7 +344,7 @@ def _source_like(self, dim: int, index, source):
 def index_select(self, dim, index):
     if self.ndim == 0:
         return self.reshape(1)[index.reshape(-1)].reshape(())
-    return jnp.take(self, index.reshape(-1), axis=_wrap_dim(dim, self.ndim))
+    return jnp.take(self, index.reshape(-1), axis=wrap_dim(dim, self.ndim))
 
 
 @lowers(aten.index_add.default)
@@ -402,61 +394,6 @@ def put(self, index, source, accumulate=False):
 @lowers(aten.take.default)
 def take(self, index):
     return self.reshape(-1)[index]
-
-
-# --- embeddings ------------------------------------------------------------------
-
-
-@lowers(aten.embedding_dense_backward.default)
-def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
-    index = indices.reshape(-1)
-    grad = grad_output.reshape(index.size, -1)
-    if padding_idx >= 0:
-        grad = jnp.where((index == padding_idx)[:, None], jnp.zeros((), grad.dtype), grad)
-    if scale_grad_by_freq:
-        counts = jnp.zeros((num_weights,), grad.dtype).at[index].add(1)
-        grad = grad / counts[index][:, None]
-    out = jnp.zeros((num_weights, grad.shape[1]), grad.dtype)
-    return out.at[index].add(grad)
-
-
-@lowers(aten.embedding_renorm.default)
-def embedding_renorm(self, indices, max_norm, norm_type):
-    used = jnp.zeros((self.shape[0],), bool).at[indices.reshape(-1)].set(True)
-    norm = jnp.linalg.norm(self.astype(jnp.float32), ord=norm_type, axis=1)
-    scale = jnp.where(used & (norm > max_norm), max_norm / (norm + 1e-7), 1.0)
-    return (self * scale[:, None].astype(self.dtype)).astype(self.dtype)
-
-
-# --- sorted searches ---------------------------------------------------------------
-
-
-def _searchsorted(sorted_sequence, values, right, side, sorter, out_int32):
-    side = "right" if right or side == "right" else "left"
-    dtype = jnp.result_type(sorted_sequence, values)
-    seq, values = sorted_sequence.astype(dtype), jnp.asarray(values).astype(dtype)
-    if sorter is not None:
-        seq = jnp.take_along_axis(seq, sorter, axis=-1)
-    if seq.shape[-1:] == (0,) or values.size == 0:
-        out = jnp.zeros(values.shape, jnp.int64)
-    elif seq.ndim <= 1:
-        out = jnp.searchsorted(seq, values, side=side)
-    else:
-        lead = seq.shape[:-1]
-        rows = jax.vmap(lambda s, v: jnp.searchsorted(s, v, side=side))
-        out = rows(seq.reshape(-1, seq.shape[-1]), values.reshape(int(np.prod(lead)), -1))
-        out = out.reshape(values.shape)
-    return out.astype(jnp.int32 if out_int32 else jnp.int64)
-
-
-@lowers(aten.searchsorted.Tensor, aten.searchsorted.Scalar)
-def searchsorted(sorted_sequence, self, out_int32=False, right=False, side=None, sorter=None):
-    return _searchsorted(sorted_sequence, self, right, side, sorter, out_int32)
-
-
-@lowers(aten.bucketize.Tensor, aten.bucketize.Scalar)
-def bucketize(self, boundaries, out_int32=False, right=False):
-    return _searchsorted(boundaries, self, right, None, None, out_int32)
 
 
 # --- unique: the number of distinct values is read on the host --------------------------
@@ -513,8 +450,8 @@ def _runs(self, dim, sort, size, return_inverse, return_counts):
 
 
 def _unique(self: torch.Tensor, dim, sort: bool, return_inverse: bool, return_counts: bool):
-    size = _host_int(_run(_count_runs, self, dim=dim, sort=sort))
-    out = _run(
+    size = _host_int(run_jitted(_count_runs, self, dim=dim, sort=sort))
+    out = run_jitted(
         _runs,
         self,
         dim=dim,
@@ -539,20 +476,20 @@ def _unique_(self, sorted=True, return_inverse=False):
 
 @implements(aten.unique_dim.default)
 def unique_dim(self, dim, sorted=True, return_inverse=False, return_counts=False):
-    return _unique(self, _wrap_dim(dim, self.dim()), True, return_inverse, return_counts)
+    return _unique(self, wrap_dim(dim, self.dim()), True, return_inverse, return_counts)
 
 
 @implements(aten.unique_consecutive.default)
 def unique_consecutive(self, return_inverse=False, return_counts=False, dim=None):
-    dim = None if dim is None else _wrap_dim(dim, self.dim())
+    dim = None if dim is None else wrap_dim(dim, self.dim())
     return _unique(self, dim, False, return_inverse, return_counts)
 
 
 @implements(aten.repeat_interleave.Tensor)
 def repeat_interleave(repeats, *, output_size=None):
     if output_size is None:
-        output_size = _host_int(_run(jnp.sum, repeats))
-    return wrap(_run(_repeat_index, repeats, size=output_size), repeats.device.index or 0)
+        output_size = _host_int(run_jitted(jnp.sum, repeats))
+    return wrap(run_jitted(_repeat_index, repeats, size=output_size), repeats.device.index or 0)
 
 
 def _repeat_index(repeats, size):

@@ -1,39 +1,41 @@
-"""Backend primitives that work on tensors, not arrays: allocation, views, copies.
+"""Backend primitives that work on tensors, not arrays: allocation, copies, host reads,
+host pinning and storage resizing (views, ``set_`` and ``resize_`` are in ``views.py``).
 
 These are registered as raw PrivateUse1 kernels (``@implements``); every other op
-goes through the lowering registry.
+goes through the lowering registry. In traced graphs copies are functions of values
+(``lowers_in_graphs``, below), and so are factories (``creation.py``).
 """
 
 from __future__ import annotations
 
 import functools
-import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import torch
-from torch._C import DispatchKey, DispatchKeySet
+from torch._C import DispatchKey
 
-from torch_pjrt import random as pjrt_random
 from torch_pjrt import runtime
 from torch_pjrt.config import settings
-from torch_pjrt.diagnostics import metrics
-from torch_pjrt.modes import fused
-from torch_pjrt.ops.registry import implements
-from torch_pjrt.runtime.transfer import jax_dtype
-from torch_pjrt.tensor import (
+from torch_pjrt.device import random as pjrt_random
+from torch_pjrt.device.tensor import (
     _contiguous_strides,
+    argument,
     cast_to,
     cell_of,
+    copy_to,
     new_tensor,
-    read,
     storage_cell,
-    storage_size,
     write,
 )
+from torch_pjrt.modes import fused
+from torch_pjrt.ops.registry import implements
+from torch_pjrt.ops.registry import lowers_in_graphs as in_graphs
+from torch_pjrt.runtime import events as metrics
+from torch_pjrt.runtime.transfer import jax_dtype
 
 aten = torch.ops.aten
-_META = DispatchKeySet(DispatchKey.Meta)
 
 
 def _index(device) -> int:
@@ -47,19 +49,6 @@ def _index(device) -> int:
 
 def _check_dtype(dtype: torch.dtype) -> None:
     jax_dtype(dtype)  # raises TypeError naming the dtype and platform
-
-
-def _point_at(t: torch.Tensor, storage, offset: int, shape, strides) -> torch.Tensor:
-    """Make t a view of ``storage`` with the given geometry, in place (``set_``).
-
-    NOTE: pjrt storages are not resizable (their sizes are fixed at creation), and
-    PyTorch's Meta ``set_`` insists on a resizable storage unless the new view is
-    empty; so t is first set to an empty view, then re-strided in place.
-    """
-    aten.set_.source_Storage_storage_offset.redispatch(_META, t, storage, offset, (0,), (1,))
-    if math.prod(shape) != 0 or tuple(shape) != (0,):
-        aten.as_strided_.default.redispatch(_META, t, tuple(shape), tuple(strides), offset)
-    return t
 
 
 def empty_strided_tensor(shape, strides, dtype, index) -> torch.Tensor:
@@ -85,96 +74,12 @@ def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory
     return empty_strided_tensor(size, stride, dtype or torch.get_default_dtype(), _index(device))
 
 
-def _meta_view(op):
-    def kernel(*args, **kwargs):
-        return op.redispatch(_META, *args, **kwargs)
-
-    return kernel
-
-
-def register_meta_views(implements_fn) -> None:
-    """View primitives: PyTorch's Meta kernels make genuine views sharing the storage."""
-    for op in (
-        aten.as_strided.default,
-        aten.view.default,
-        aten._reshape_alias.default,
-        aten.unfold.default,
-        aten.view_as_real.default,
-        aten.view_as_complex.default,
-        aten.as_strided_.default,
-    ):
-        implements_fn(op)(_meta_view(op))
-
-
-register_meta_views(implements)
-
-
-@implements(aten.view.dtype)
-def view_dtype(self, dtype):
-    if dtype.itemsize != self.dtype.itemsize:
-        raise NotImplementedError(
-            f"pjrt: viewing a {self.dtype} tensor as {dtype} (a different element size) is "
-            "not supported yet"
-        )
-    return aten.view.dtype.redispatch(_META, self, dtype)
-
-
-@implements(aten.set_.source_Storage_storage_offset)
-def set_source_storage_offset(self, source, storage_offset, size, stride=()):
-    if not stride:
-        stride = _contiguous_strides(size)
-    return _point_at(self, source, storage_offset, size, stride)
-
-
-@implements(aten.set_.source_Storage)
-def set_source_storage(self, source):
-    numel = source.nbytes() // self.dtype.itemsize
-    return _point_at(self, source, 0, (numel,), (1,))
-
-
-@implements(aten.set_.source_Tensor)
-def set_source_tensor(self, source):
-    return _point_at(
-        self, source.untyped_storage(), source.storage_offset(), source.shape, source.stride()
-    )
-
-
-@implements(aten.set_.default)
-def set_empty(self):
-    fresh = new_tensor((0,), self.dtype, self.device.index or 0)
-    return _point_at(self, fresh.untyped_storage(), 0, (0,), (1,))
-
-
-@implements(aten.resize_.default)
-def resize_(self, size, memory_format=None):
-    shape = tuple(size)
-    if any(s < 0 for s in shape):
-        raise RuntimeError(f"Trying to create tensor with negative dimension: {list(shape)}")
-    if shape == tuple(self.shape) and memory_format is None:
-        return self  # as in ATen: the same sizes keep the strides (a transposed out stays so)
-    strides = _contiguous_strides(shape)
-    offset = self.storage_offset()
-    needed = (offset + storage_size(shape, strides)) * self.dtype.itemsize
-    storage = self.untyped_storage()
-    if needed > storage.nbytes():
-        # a bigger storage, holding the old bytes first (PyTorch's realloc semantics)
-        old = cell_of(self)
-        grown = new_tensor((needed // old.dtype.itemsize + 1,), old.dtype, old.index)
-        if old.array is not None:
-            flat = old.array.reshape(-1)
-            with jax.enable_x64(True):
-                cell_of(grown).array = jnp.concatenate(
-                    [flat, jnp.zeros((cell_of(grown).size - flat.size,), flat.dtype)]
-                )
-        storage = grown.untyped_storage()
-    return _point_at(self, storage, offset, shape, strides)
-
-
 def _host_read(t: torch.Tensor) -> jax.Array:
-    """t's value, about to be copied to the host (what fused mode recorded runs first)."""
+    """t's value, about to be copied to the host (what fused mode recorded runs first);
+    the copy keeps nothing, so t's storage keeps owning its array."""
     if settings.mode == "fused":
         fused.flush_all("host read")
-    return read(t)
+    return argument(t)
 
 
 def _to_device(value: jax.Array, index: int) -> jax.Array:
@@ -188,20 +93,24 @@ def _host_value(src: torch.Tensor, dtype: torch.dtype, shape, index: int) -> jax
 
 
 def _value_on(src: torch.Tensor, dtype: torch.dtype, shape, index: int) -> jax.Array:
-    """src's value on pjrt:index (from the host or another device), cast and broadcast;
-    pending in fused mode when src is on the same device."""
+    """A new array of src's value on pjrt:index, cast and broadcast (pending in fused
+    mode when src is on the same device). Always a copy, as on CUDA: src's storage keeps
+    owning its own array and the destination owns this one (tensor.Cell)."""
     if src.device.type != "pjrt":
         return _host_value(src, dtype, shape, index)
     if (src.device.index or 0) != index:
         metrics.count("transfers_device_to_device")
-        return cast_to(_to_device(read(src), index), dtype, shape, index)
-    return cast_to(read(src, settings.mode == "fused"), dtype, shape, index)
+        return cast_to(_to_device(argument(src), index), dtype, shape, index)
+    value = argument(src, settings.mode == "fused")
+    if value is cell_of(src)._value:  # src's own array (not a gather of a view): copy it
+        return copy_to(value, dtype, shape, index)
+    return cast_to(value, dtype, shape, index)
 
 
 @implements(aten.copy_.default)
 def copy_(self, src, non_blocking=False):
     if self.device.type == "pjrt":
-        write(self, _value_on(src, self.dtype, self.shape, self.device.index or 0))
+        write(self, _value_on(src, self.dtype, self.shape, self.device.index or 0), owned=True)
         return self
     # pjrt -> cpu (or another backend): bring the source to the host first
     host = runtime.to_host(_host_read(src), src.dtype)
@@ -238,10 +147,10 @@ def _to_copy(
         index = _index(target)
         value = _value_on(self, dtype, self.shape, index)
         if strides is None:
-            return new_tensor(self.shape, dtype, index, value)
+            return new_tensor(self.shape, dtype, index, value, owned=True)
         order = _memory_order(strides)  # the value laid out as the strides say
         value = fused.apply(_in_memory_order(order), (value,), index, "layout")
-        return new_tensor(self.shape, dtype, index, value, strides, size=self.numel())
+        return new_tensor(self.shape, dtype, index, value, strides, self.numel(), owned=True)
     # to the CPU (or another backend)
     host = runtime.to_host(_host_read(self), self.dtype)
     if host.dtype != dtype or target.type != "cpu":
@@ -274,6 +183,33 @@ def _memory_order(strides) -> tuple:
 @functools.lru_cache(maxsize=256)
 def _in_memory_order(order: tuple):
     return jax.jit(lambda x: jnp.transpose(x, order).reshape(-1))
+
+
+# --- copies in graphs ---------------------------------------------------------------------
+
+
+@in_graphs(aten._to_copy.default)
+def to_copy(
+    self,
+    dtype=None,
+    layout=None,
+    device=None,
+    pin_memory=None,
+    non_blocking=False,
+    memory_format=None,
+):
+    return self if dtype is None else self.astype(jax_dtype(dtype))
+
+
+@in_graphs(torch.ops.prims.convert_element_type.default)
+def convert_element_type(a, dtype):
+    # left in graphs by decompositions of size arithmetic (symbolic shapes)
+    return a.astype(jax_dtype(dtype))
+
+
+@in_graphs(aten.copy.default)
+def copy(self, src, non_blocking=False):
+    return jnp.broadcast_to(jnp.asarray(src).astype(self.dtype), self.shape)
 
 
 @implements(aten._local_scalar_dense.default)
@@ -316,38 +252,87 @@ def is_pinned(self, device=None):
     return False
 
 
-def _pin_memory(self, device=None):
-    """Pinned host memory: PJRT stages host<->device copies itself, so a pinned CPU
-    tensor is an ordinary CPU copy (what ``pin_memory()`` returns must not alias)."""
-    return self.clone()
+# Host pinning. PyTorch's CPU kernels ask the current accelerator for a pinned-memory
+# allocator (``getPinnedMemoryAllocator``) and whether a pointer is pinned
+# (``isPinnedPtr``); once pjrt is registered that is pjrt, on every machine (PyTorch
+# asks PrivateUse1 first), and ``torch._C._acc.PrivateUse1Hooks`` lets Python implement
+# neither: ``pin_memory()`` raises. The CPU kernels stay PyTorch's: these kernels sit on
+# BackendSelect, which every call passes through just above the backend keys, answer the
+# calls that pin for pjrt and hand every other call down unchanged.
+_BELOW_BACKEND_SELECT = torch._C._dispatch_keyset_full_after(DispatchKey.BackendSelect)
+_PINNED = "_pjrt_pinned"  # set on the Python object of a storage pin_memory() made
+
+# PyTorch's own choice of accelerator, where pjrt's registration does not override it
+# (the order of at::getAccelerator after PrivateUse1)
+_BUILTIN_ACCELERATORS = (
+    ("mtia", lambda: torch.mtia.is_available()),
+    ("cuda", lambda: torch.cuda.is_available()),
+    ("xpu", lambda: torch.xpu.is_available()),
+    ("mps", lambda: torch.backends.mps.is_available()),
+)
 
 
-def _is_pinned_cpu(self, device=None):
-    return False
+def _dense_cpu(t: torch.Tensor) -> bool:
+    return t.device.type == "cpu" and t.layout == torch.strided and not t.is_nested
+
+
+def _builtin_accelerator() -> str | None:
+    """The built-in accelerator usable here (CUDA, ...), which PyTorch would pin for had
+    pjrt not registered; None when there is none."""
+    for name, available in _BUILTIN_ACCELERATORS:
+        if available():
+            return name
+    return None
+
+
+def _pin_memory_kernel(keyset, self, device=None):
+    """``_pin_memory`` on BackendSelect. With pjrt as the accelerator (no ``device``, no
+    built-in accelerator usable; or ``device="pjrt"``), a pinned tensor is an ordinary CPU
+    copy: PJRT stages host<->device transfers itself. With a built-in one usable (a CUDA
+    program on a machine that has torch_pjrt), that one pins, as PyTorch would without
+    pjrt; every other call runs PyTorch's own kernel."""
+    below = keyset & _BELOW_BACKEND_SELECT
+    if not _dense_cpu(self) or (device is not None and torch.device(device).type != "pjrt"):
+        return aten._pin_memory.default.redispatch(below, self, device)
+    builtin = _builtin_accelerator() if device is None else None
+    if builtin is None:
+        pinned = self.clone()  # what pin_memory() returns must not alias its input
+    else:
+        pinned = aten._pin_memory.default.redispatch(below, self, torch.device(builtin))
+    # NOTE: is_pinned() without a device asks pjrt's hooks, which know no pinned pointer:
+    # the mark lets it answer True for what pin_memory() returned (so pin_memory() of a
+    # pinned tensor returns it, as PyTorch's contract says)
+    setattr(pinned.untyped_storage(), _PINNED, True)
+    return pinned
+
+
+def _is_pinned_kernel(keyset, self, device=None):
+    """``is_pinned`` on BackendSelect: PyTorch's answer, or True for a tensor whose storage
+    ``pin_memory()`` made with pjrt as the target."""
+    pinned = aten.is_pinned.default.redispatch(keyset & _BELOW_BACKEND_SELECT, self, device)
+    if pinned or not _dense_cpu(self):
+        return pinned
+    if device is not None and torch.device(device).type != "pjrt":
+        return False
+    return getattr(self.untyped_storage(), _PINNED, False)
 
 
 def register_host_pinning(lib) -> None:
-    """``pin_memory()`` on CPU tensors with pjrt as the accelerator.
-
-    NOTE: PyTorch asks the PrivateUse1 hooks for a pinned-memory allocator, which the
-    pure-Python hooks cannot provide; these CPU kernels answer instead.
-    """
-    lib.impl("_pin_memory", _pin_memory, "CPU")
-    lib.impl("is_pinned", _is_pinned_cpu, "CPU")
+    """``pin_memory()`` and ``is_pinned()`` of CPU tensors with pjrt as the accelerator,
+    on BackendSelect (the CPU, CUDA and Meta kernels stay PyTorch's)."""
+    lib.impl("_pin_memory", _pin_memory_kernel, "BackendSelect", with_keyset=True)
+    lib.impl("is_pinned", _is_pinned_kernel, "BackendSelect", with_keyset=True)
 
 
-_storage_resize = torch.UntypedStorage.resize_
+_storage_resize = torch.UntypedStorage.resize_  # PyTorch's, a C method
 
 
-def _resize_storage(storage: torch.UntypedStorage, nbytes: int):
-    """``UntypedStorage.resize_`` for pjrt storages: free the device buffer (0 bytes) and
-    have it back (the storage's size), as FSDP2 does with its unsharded parameters
-    between uses. The buffer comes back as zeros; its values were freed. The storage
-    keeps reporting its full size (``nbytes()``), since only C++ can change that."""
-    if storage.device.type != "pjrt":
-        return _storage_resize(storage, nbytes)
-    cell = storage_cell(storage)
-    if cell is None or nbytes not in (0, storage.nbytes()):
+def _resize_pjrt_storage(storage: torch.UntypedStorage, cell, nbytes: int):
+    """Free the device buffer (0 bytes) or have it back (the storage's size), as FSDP2 does
+    with its unsharded parameters between uses. The buffer comes back as zeros; its values
+    were freed. The storage keeps reporting its full size (``nbytes()``), since only C++
+    can change that."""
+    if nbytes not in (0, storage.nbytes()):
         raise RuntimeError(
             f"pjrt: a storage can be resized to 0 bytes (freeing its device memory) or "
             f"back to its size ({storage.nbytes()} bytes), not to {nbytes}: resize the "
@@ -358,15 +343,50 @@ def _resize_storage(storage: torch.UntypedStorage, nbytes: int):
     return storage
 
 
+def _resize_or(pytorchs, storage, args, kwargs):
+    """A pjrt storage's resize to one int, or ``pytorchs(*args, **kwargs)`` for anything
+    else, wrong arguments included, so that its results and errors are PyTorch's own."""
+    cell = storage_cell(storage) if isinstance(storage, torch.UntypedStorage) else None
+    if cell is None or kwargs or len(args) != 1 or not _is_int(args[0]):
+        return pytorchs(*args, **kwargs)
+    return _resize_pjrt_storage(storage, cell, int(args[0]))
+
+
+@functools.wraps(_storage_resize)
+def _resize_unbound(storage, *args, **kwargs):
+    return _resize_or(functools.partial(_storage_resize, storage), storage, args, kwargs)
+
+
+class _StorageResize:
+    """``UntypedStorage.resize_``. A descriptor, so that PyTorch's method is reached as the
+    caller reached this one, bound or through the class (its errors name the class so)."""
+
+    def __get__(self, storage, owner=None):
+        if storage is None:
+            return _resize_unbound
+        pytorchs = _storage_resize.__get__(storage, owner)
+
+        @functools.wraps(pytorchs)
+        def resize_(*args, **kwargs):
+            return _resize_or(pytorchs, storage, args, kwargs)
+
+        return resize_
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
 def register_storage_resize() -> None:
-    """Make ``UntypedStorage.resize_`` work for pjrt storages.
+    """Make ``UntypedStorage.resize_`` work for pjrt storages; idempotent.
 
     NOTE: PyTorch sends a PrivateUse1 storage's resize to the backend hooks
-    (``resizePrivateUse1Bytes``), which a backend registered from Python cannot
-    implement; the method is wrapped instead, for pjrt storages only.
+    (``resizePrivateUse1Bytes``), which ``torch._C._acc.PrivateUse1Hooks`` does not let
+    Python implement, and the method calls no operator a kernel could serve: the method
+    itself is replaced, for pjrt storages only (docs/internals.md, "Import hygiene").
     """
     if torch.UntypedStorage.resize_ is _storage_resize:
-        torch.UntypedStorage.resize_ = _resize_storage
+        torch.UntypedStorage.resize_ = _StorageResize()
 
 
 @implements(aten.record_stream.default)
@@ -374,9 +394,4 @@ def record_stream(self, s):
     return None
 
 
-def storage_bytes(t: torch.Tensor) -> int:
-    cell = cell_of(t)
-    return cell.size * cell.dtype.itemsize
-
-
-__all__ = ["empty_strided_tensor", "storage_bytes"]
+__all__ = ["empty_strided_tensor"]

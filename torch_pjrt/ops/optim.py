@@ -25,10 +25,10 @@ import jax.numpy as jnp
 import torch
 
 from torch_pjrt.config import settings
+from torch_pjrt.device.tensor import read, read_lazy, replace, write
 from torch_pjrt.modes import fused
 from torch_pjrt.ops._promote import opmath
 from torch_pjrt.ops.registry import implements
-from torch_pjrt.tensor import read, read_lazy, replace, write
 
 aten = torch.ops.aten
 

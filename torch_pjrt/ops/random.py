@@ -12,8 +12,10 @@ import jax
 import jax.numpy as jnp
 import torch
 
+from torch_pjrt.ops._helpers import default_dtype
 from torch_pjrt.ops._promote import result_type
 from torch_pjrt.ops.registry import implements, lowers, refusal
+from torch_pjrt.ops.registry import lowers_in_graphs as in_graphs
 
 aten = torch.ops.aten
 
@@ -273,3 +275,32 @@ def rrelu_with_noise_(self, noise, lower=0.125, upper=1.0 / 3.0, training=False,
     out, noise_out = aten.rrelu_with_noise_functional.default(self, noise, lower, upper, training)
     noise.copy_(noise_out)
     return self.copy_(out)
+
+
+# --- random draws in graphs (eagerly: ``empty``, then an in-place sampler) ----------------
+
+
+@in_graphs(aten.rand.default, random=True)
+def rand(size, *, dtype=None, layout=None, device=None, pin_memory=None, key):
+    return _uniform(key, tuple(size), default_dtype(dtype))
+
+
+@in_graphs(aten.rand_like.default, random=True)
+def rand_like(
+    self, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None, key
+):
+    return _uniform(key, self.shape, default_dtype(dtype, self))
+
+
+@in_graphs(aten.randn.default, random=True)
+def randn(size, *, dtype=None, layout=None, device=None, pin_memory=None, key):
+    dtype = default_dtype(dtype)
+    return _normal(key, tuple(size), dtype).astype(dtype)
+
+
+@in_graphs(aten.randn_like.default, random=True)
+def randn_like(
+    self, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None, key
+):
+    dtype = default_dtype(dtype, self)
+    return _normal(key, self.shape, dtype).astype(dtype)

@@ -1,4 +1,4 @@
-"""Reduction lowerings: sums and means, extrema with indices, statistics, scans, sorting."""
+"""Reduction lowerings: sums and means, extrema with indices, statistics and norms, scans."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
+from torch_pjrt.ops._helpers import from_last, is_float, maybe_wrap_dim, to_last
 from torch_pjrt.ops._promote import KIND, result_type
 from torch_pjrt.ops.registry import lowers
 from torch_pjrt.runtime.transfer import jax_dtype
@@ -18,15 +19,6 @@ _LOW = (jnp.float16, jnp.bfloat16)
 # --- helpers ------------------------------------------------------------------------
 
 
-def _wrap(d: int, ndim: int) -> int:
-    n = ndim if ndim > 0 else 1
-    if not -n <= d < n:
-        raise IndexError(
-            f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {d})"
-        )
-    return d % n
-
-
 def _axes(dim, ndim: int) -> tuple:
     """Reduced axes; None or an empty list mean all of them, as in ATen."""
     if dim is None:
@@ -34,12 +26,8 @@ def _axes(dim, ndim: int) -> tuple:
     dims = (dim,) if isinstance(dim, int) else tuple(dim)
     if not dims:
         return tuple(range(ndim))
-    axes = tuple(sorted({_wrap(d, ndim) for d in dims}))
+    axes = tuple(sorted({maybe_wrap_dim(d, ndim) for d in dims}))
     return tuple(a for a in axes if a < ndim)  # dim 0 of a 0-d tensor reduces nothing
-
-
-def _is_float(x) -> bool:
-    return jnp.issubdtype(x.dtype, jnp.inexact)
 
 
 def _acc(dtype):
@@ -51,7 +39,7 @@ def _int_to_long(x, dtype):
     """The dtype of sum/prod/cumsum: ``dtype`` if given, int64 for integers and bool."""
     if dtype is not None:
         return jax_dtype(dtype)
-    return x.dtype if _is_float(x) else jnp.int64
+    return x.dtype if is_float(x) else jnp.int64
 
 
 def _count(shape, axes) -> int:
@@ -59,26 +47,6 @@ def _count(shape, axes) -> int:
     for a in axes:
         n *= shape[a]
     return n
-
-
-def _last(x, dim):
-    """``x`` with ``dim`` moved last (0-d tensors become 1-element vectors)."""
-    if x.ndim == 0:
-        return x.reshape(1)
-    return jnp.moveaxis(x, _wrap(dim, x.ndim), -1)
-
-
-def _unlast(y, like, dim, keepdim):
-    """Undo :func:`_last` for a result that reduced the last axis to one element."""
-    if like.ndim == 0:
-        return y.reshape(())
-    y = jnp.moveaxis(y, -1, _wrap(dim, like.ndim))
-    return y if keepdim else jnp.squeeze(y, _wrap(dim, like.ndim))
-
-
-def _require_float(name, x):
-    if not _is_float(x):
-        raise RuntimeError(f"{name}: Expected a floating point or complex tensor as input.")
 
 
 # --- sums, products, means ----------------------------------------------------------
@@ -93,7 +61,7 @@ def sum(self, dim=None, keepdim=False, dtype=None):
 
 @lowers(aten.nansum.default)
 def nansum(self, dim=None, keepdim=False, dtype=None):
-    x = jnp.where(jnp.isnan(self), 0, self) if _is_float(self) else self
+    x = jnp.where(jnp.isnan(self), 0, self) if is_float(self) else self
     return sum(self=x, dim=dim, keepdim=keepdim, dtype=dtype)
 
 
@@ -172,14 +140,14 @@ def _arg_extreme(x, axis, largest):
 
 
 def _values_indices(x, dim, keepdim, largest):
-    v = _last(x, dim)
+    v = to_last(x, dim)
     if v.shape[-1] == 0:
         raise IndexError(
             f"{'max' if largest else 'min'}(): Expected reduction dim {dim} to have non-zero size."
         )
     values = (jnp.max if largest else jnp.min)(v, -1, keepdims=True)
     indices = _arg_extreme(v, -1, largest)[..., None]
-    return _unlast(values, x, dim, keepdim), _unlast(indices, x, dim, keepdim)
+    return from_last(values, x, dim, keepdim), from_last(indices, x, dim, keepdim)
 
 
 @lowers(aten.max.dim)
@@ -198,8 +166,8 @@ def _argextreme(x, dim, keepdim, largest):
             raise RuntimeError("Expected reduction dim to be specified for input.numel() == 0.")
         i = _arg_extreme(x.reshape(-1), 0, largest)
         return i.reshape((1,) * x.ndim) if keepdim else i
-    v = _last(x, dim)
-    return _unlast(_arg_extreme(v, -1, largest)[..., None], x, dim, keepdim)
+    v = to_last(x, dim)
+    return from_last(_arg_extreme(v, -1, largest)[..., None], x, dim, keepdim)
 
 
 @lowers(aten.argmax.default)
@@ -231,7 +199,7 @@ def all(self, dim=None, keepdim=False):
 
 
 def _var_mean(x, dim, correction, keepdim):
-    if not _is_float(x):
+    if not is_float(x):
         raise RuntimeError("std and var only support floating point and complex dtypes")
     axes = _axes(dim, x.ndim)
     n = _count(x.shape, axes)
@@ -301,7 +269,7 @@ def _vector_norm(x, ord, axes, keepdim):
 
 @lowers(aten.linalg_vector_norm.default, static=("ord",))
 def linalg_vector_norm(self, ord=2, dim=None, keepdim=False, dtype=None):
-    if not _is_float(self):
+    if not is_float(self):
         raise RuntimeError(
             "linalg.vector_norm: Expected a floating point or complex tensor as input. Got "
             + str(self.dtype)
@@ -324,9 +292,9 @@ def norm(self, p=2, dim=None, keepdim=False, dtype=None):
 
 @lowers(aten.renorm.default, static=("p",))
 def renorm(self, p, dim, maxnorm):
-    if self.ndim < 2 or p <= 0 or not _is_float(self):
+    if self.ndim < 2 or p <= 0 or not is_float(self):
         raise RuntimeError("renorm: invalid arguments")  # PyTorch's message comes from Meta
-    dim = _wrap(dim, self.ndim)
+    dim = maybe_wrap_dim(dim, self.ndim)
     axes = tuple(a for a in range(self.ndim) if a != dim)
     norm = _vector_norm(self.astype(_acc(self.dtype)), p, axes, keepdim=True)
     factor = jnp.where(norm > maxnorm, maxnorm / (norm + 1e-7), 1)
@@ -342,7 +310,7 @@ def cumsum(self, dim, dtype=None):
     x = self.astype(_acc(out))
     if self.ndim == 0:
         return x.astype(out)
-    return jnp.cumsum(x, _wrap(dim, self.ndim)).astype(out)
+    return jnp.cumsum(x, maybe_wrap_dim(dim, self.ndim)).astype(out)
 
 
 @lowers(aten.cumprod.default)
@@ -351,7 +319,7 @@ def cumprod(self, dim, dtype=None):
     x = self.astype(_acc(out))
     if self.ndim == 0:
         return x.astype(out)
-    return jnp.cumprod(x, _wrap(dim, self.ndim)).astype(out)
+    return jnp.cumprod(x, maybe_wrap_dim(dim, self.ndim)).astype(out)
 
 
 @lowers(aten.logcumsumexp.default, aten._logcumsumexp.default)
@@ -359,14 +327,14 @@ def logcumsumexp(self, dim):
     x = self.astype(_acc(self.dtype))
     if self.ndim == 0:
         return self
-    return lax.cumlogsumexp(x, _wrap(dim, self.ndim)).astype(self.dtype)
+    return lax.cumlogsumexp(x, maybe_wrap_dim(dim, self.ndim)).astype(self.dtype)
 
 
 def _cum_extreme(x, dim, largest):
     """Running max (min) with indices; NaN wins and ties take the later index, as in ATen."""
     if x.ndim == 0:
         return x, jnp.zeros((), jnp.int64)
-    axis = _wrap(dim, x.ndim)
+    axis = maybe_wrap_dim(dim, x.ndim)
     shape = [1] * x.ndim
     shape[axis] = x.shape[axis]
     idx = jnp.broadcast_to(jnp.arange(x.shape[axis], dtype=jnp.int64).reshape(shape), x.shape)
@@ -374,7 +342,7 @@ def _cum_extreme(x, dim, largest):
     def combine(a, b):
         (va, ia), (vb, ib) = a, b
         better = (vb >= va) if largest else (vb <= va)
-        if _is_float(x):
+        if is_float(x):
             better = (better & ~jnp.isnan(va)) | jnp.isnan(vb)
         return jnp.where(better, vb, va), jnp.where(better, ib, ia)
 
@@ -389,132 +357,6 @@ def cummax(self, dim):
 @lowers(aten.cummin.default)
 def cummin(self, dim):
     return _cum_extreme(self, dim, largest=False)
-
-
-# --- sorting and order statistics ---------------------------------------------------
-
-
-def _sort_last(v, descending=False):
-    """Stable sort along the last axis; NaN sorts above everything, -0.0 equals 0.0."""
-    keys = v
-    if _is_float(v):
-        keys = jnp.where(jnp.isnan(v), jnp.nan, jnp.where(v == 0, 0, v)).astype(v.dtype)
-    if keys.dtype == jnp.bool_:
-        keys = keys.astype(jnp.uint8)
-    n = v.shape[-1]
-    idx = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int64), v.shape)
-    if descending:
-        # a stable ascending sort of the reversed input, reversed, is a stable descending sort
-        keys, idx = keys[..., ::-1], idx[..., ::-1]
-    _, perm = lax.sort((keys, idx), dimension=v.ndim - 1, is_stable=True, num_keys=1)
-    if descending:
-        perm = perm[..., ::-1]
-    return jnp.take_along_axis(v, perm, -1), perm
-
-
-def _back(y, like, dim):
-    if like.ndim == 0:
-        return y.reshape(())
-    return jnp.moveaxis(y, -1, _wrap(dim, like.ndim))
-
-
-@lowers(aten.sort.default, aten.sort.stable)
-def sort(self, dim=-1, descending=False, stable=None):
-    values, indices = _sort_last(_last(self, dim), descending)
-    return _back(values, self, dim), _back(indices, self, dim)
-
-
-@lowers(aten.topk.default)
-def topk(self, k, dim=-1, largest=True, sorted=True):
-    v = _last(self, dim)
-    if not 0 <= k <= v.shape[-1]:
-        raise RuntimeError("selected index k out of range")
-    values, indices = _sort_last(v, descending=largest)
-    return _back(values[..., :k], self, dim), _back(indices[..., :k], self, dim)
-
-
-def _pick(values, indices, pos):
-    """Elements at per-row positions ``pos`` (shape ``values.shape[:-1]``)."""
-    pos = pos[..., None]
-    return jnp.take_along_axis(values, pos, -1), jnp.take_along_axis(indices, pos, -1)
-
-
-@lowers(aten.kthvalue.default)
-def kthvalue(self, k, dim=-1, keepdim=False):
-    v = _last(self, dim)
-    if not 1 <= k <= v.shape[-1]:
-        raise IndexError(f"kthvalue(): selected number k out of range for dimension {dim}")
-    values, indices = _sort_last(v)
-    pos = jnp.full(v.shape[:-1], k - 1)
-    val, idx = _pick(values, indices, pos)
-    return _unlast(val, self, dim, keepdim), _unlast(idx, self, dim, keepdim)
-
-
-def _median_last(v, ignore_nan):
-    """Lower median of each row and its index; NaN rows give their first NaN, unless
-    ``ignore_nan``."""
-    values, indices = _sort_last(v)
-    n = v.shape[-1]
-    nans = jnp.sum(jnp.isnan(v), -1) if _is_float(v) else jnp.zeros(v.shape[:-1], jnp.int64)
-    if ignore_nan:
-        valid = n - nans
-        pos = jnp.where(valid > 0, (valid - 1) // 2, 0)
-    else:
-        pos = jnp.where(nans > 0, n - nans, (n - 1) // 2)
-    return _pick(values, indices, pos)
-
-
-def _median(self, ignore_nan):
-    if self.size == 0:
-        return jnp.full((), jnp.nan, self.dtype)
-    val, _ = _median_last(self.reshape(1, -1), ignore_nan)
-    return val.reshape(())
-
-
-def _median_dim(self, dim, keepdim, ignore_nan):
-    v = _last(self, dim)
-    if v.shape[-1] == 0:
-        raise IndexError(f"median(): Expected reduction dim {dim} to have non-zero size.")
-    val, idx = _median_last(v, ignore_nan)
-    return _unlast(val, self, dim, keepdim), _unlast(idx, self, dim, keepdim)
-
-
-@lowers(aten.median.default)
-def median(self):
-    return _median(self, ignore_nan=False)
-
-
-@lowers(aten.median.dim)
-def median_dim(self, dim, keepdim=False):
-    return _median_dim(self, dim, keepdim, ignore_nan=False)
-
-
-@lowers(aten.nanmedian.default)
-def nanmedian(self):
-    return _median(self, ignore_nan=True)
-
-
-@lowers(aten.nanmedian.dim)
-def nanmedian_dim(self, dim, keepdim=False):
-    return _median_dim(self, dim, keepdim, ignore_nan=True)
-
-
-@lowers(aten.mode.default)
-def mode(self, dim=-1, keepdim=False):
-    """Ties go to the smallest value and the index is its last occurrence, as on the CPU."""
-    v = _last(self, dim)
-    values, indices = _sort_last(v)
-    n = v.shape[-1]
-    iota = jnp.broadcast_to(jnp.arange(n), v.shape)
-    starts = jnp.concatenate(
-        [jnp.ones(v.shape[:-1] + (1,), bool), values[..., 1:] != values[..., :-1]], -1
-    )
-    run_start = lax.cummax(jnp.where(starts, iota, 0), v.ndim - 1)
-    # the count reached at a position is largest at the end of its run, which is the
-    # value's last occurrence in a stable sort; argmax takes the smallest value on ties
-    pos = jnp.argmax(iota - run_start, -1)
-    val, idx = _pick(values, indices, pos)
-    return _unlast(val, self, dim, keepdim), _unlast(idx, self, dim, keepdim)
 
 
 @lowers(aten.trace.default)

@@ -5,37 +5,37 @@ schema arguments by name (JAX arrays for tensors, JAX scalars for ``Scalar``
 arguments, Python values for everything else) and returns JAX arrays. Everything
 about PyTorch tensors happens here, at the dispatch boundary: reading the storage
 cells, checking devices, jitting and caching one program per static signature,
-wrapping the results. In-place and ``out=`` variants are derived from the schema.
+wrapping the results. In-place and ``out=`` variants are derived from the schema
+(``variants.py``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import keyword
 import logging
-import time
-import warnings
 from collections.abc import Callable
 
 import jax
 import torch
 from torch._ops import OpOverload, OpOverloadPacket
 
-from torch_pjrt import random as pjrt_random
 from torch_pjrt import runtime
-from torch_pjrt.config import settings
-from torch_pjrt.diagnostics import checks, metrics
-from torch_pjrt.modes import StrictModeError, fused
-from torch_pjrt.runtime import x64
-from torch_pjrt.tensor import read, read_lazy, read_on_device, replace, wrap, write
+from torch_pjrt.config import op_path
+from torch_pjrt.device import random as pjrt_random
+from torch_pjrt.device.tensor import argument, read_on_device, wrap, write
+from torch_pjrt.modes import fused
+from torch_pjrt.ops import checks, fallback
+from torch_pjrt.ops.fallback import LoweringMissing, declined
+from torch_pjrt.runtime import events as metrics
+from torch_pjrt.runtime import executor
 
 log = logging.getLogger("torch_pjrt")
-aten = torch.ops.aten
 
 __all__ = [
     "LoweringMissing",
     "Lowering",
+    "declined",
     "graph_lookup",
     "lowers",
     "lowers_in_graphs",
@@ -143,18 +143,6 @@ def graph_lookup(op: OpOverload) -> Lowering | None:
 
 def table() -> dict[OpOverload, Lowering]:
     return dict(_TABLE)
-
-
-class LoweringMissing(NotImplementedError):
-    """An ATen op reached the pjrt device and has no lowering."""
-
-    def __init__(self, op: OpOverload):
-        super().__init__(
-            f"The operator '{op}' has no pjrt lowering, and TORCH_PJRT_FALLBACK=error forbids "
-            f"running it on the CPU.\n  schema: {op._schema}\nUnset TORCH_PJRT_FALLBACK (or set "
-            "it to 'cpu') to run it on the CPU, and please report the missing op to the "
-            "torch_pjrt issue tracker."
-        )
 
 
 # --- argument kinds, from the schema ------------------------------------------------
@@ -266,7 +254,7 @@ def _array_of(t, index: int, lazy: bool = False):
     if device.type == "pjrt":
         if (device.index or 0) != index:
             raise _same_device_error(f"pjrt:{index}", device)
-        return read_lazy(t) if lazy else read(t)
+        return argument(t, lazy)
     if t.dim() == 0:  # a CPU scalar tensor may meet device tensors, as with CUDA
         return runtime.from_host(t, runtime.device(index))
     raise _same_device_error(f"pjrt:{index}", device)
@@ -296,24 +284,6 @@ def _device_scalar(v):
         except OverflowError:  # (the jitted call raises its own error)
             return v
     return found
-
-
-def traced_at_full_precision(fn):
-    """``fn`` for ``jax.jit``: while it traces, JAX's default precision of float32
-    products is "highest". JAX's own default is fast (TF32 on recent NVIDIA GPUs, one
-    bfloat16 pass on TPU), so a product a lowering leaves to JAX (inside a ``jnp.linalg``
-    or ``jax.scipy`` function, or written without ``precision=``) would otherwise be
-    less precise there than on the CPU. User-level products carry
-    ``ops.linalg.matmul_precision()`` explicitly and keep following
-    ``torch.set_float32_matmul_precision``. Every eager, fused and compiled program is
-    traced through this."""
-
-    @functools.wraps(fn)
-    def traced(*args, **kwargs):
-        with jax.default_matmul_precision("highest"):
-            return fn(*args, **kwargs)
-
-    return traced
 
 
 def _signature(sig: Signature, statics, arrays, scalars) -> list:
@@ -348,15 +318,17 @@ def _program_key(vals, sig: Signature) -> tuple:
 
 
 class Kernel:
-    """The eager PrivateUse1 kernel of one lowered overload."""
+    """The eager PrivateUse1 kernel of one lowered overload: it binds the op's arguments
+    (one binding for every mode and path) and hands the executor its program."""
 
     def __init__(self, op: OpOverload, lowering: Lowering):
         self.op = op
         self.name = str(op)
         self.lowering = lowering
         self.sig = Signature(op, lowering.static)
-        self.cache: dict = {}
-        self._traced = self._last_traced = None  # signatures, for compilation causes
+        self.program = executor.Program(
+            "eager", self.name, self._build, self._describe, placed=_placed
+        )
         returns = op._schema.returns
         self.returns_list = len(returns) == 1 and str(returns[0].type) == "List[Tensor]"
         self.returns_tuple = len(returns) > 1
@@ -378,17 +350,14 @@ class Kernel:
         # positional arguments given -> the defaults that complete them
         self._tails = {n: tuple(sig.defaults[n:]) for n in range(len(sig.defaults) + 1)}
 
-    def _program(self, key):
+    # --- what the executor runs ---------------------------------------------------
+
+    def _build(self, key):
         statics = key[0]
         sig, lowering = self.sig, self.lowering
         fn = lowering.fn
 
         def run(arrays, scalars, rng):
-            self._traced = [
-                ("default dtype", key[1]),
-                ("float32 matmul precision", key[2]),
-                *_signature(sig, statics, arrays, scalars),
-            ]
             vals = [None] * len(sig.names)
             for i, v in zip(sig.arrays, arrays):
                 vals[i] = v
@@ -401,17 +370,41 @@ class Kernel:
                 kwargs["key"] = jax.random.fold_in(jax.random.key(rng[0]), rng[1])
             return fn(**kwargs)
 
-        program = jax.jit(traced_at_full_precision(run))
-        self.cache[key] = program
-        return program
+        run.__name__ = run.__qualname__ = self.name.replace(".", "_")
+        return run, False
+
+    def _describe(self, key, traced) -> list:
+        arrays, scalars, _ = traced
+        return [
+            ("default dtype", key[1]),
+            ("float32 matmul precision", key[2]),
+            *_signature(self.sig, key[0], arrays, scalars),
+        ]
+
+    def _scalars(self, vals, lazy: bool) -> list:
+        """The op's Scalar arguments as its program takes them: None for one at its
+        schema default (add's ``alpha=1``: the program bakes it in, one argument less per
+        call), else the number (fused mode records it by value) or its cached JAX scalar.
+        Every path binds scalars here, so a new op compiles once, whichever path runs
+        it first."""
+        out = []
+        for i, d in zip(self.sig.scalars, self._scalar_defaults):
+            v = vals[i]
+            if v.__class__ is d.__class__ and v == d and (v or d.__class__ is not float):
+                out.append(None)
+            else:
+                out.append(v if lazy else _device_scalar(v))
+        return out
+
+    # --- calls ----------------------------------------------------------------------
 
     def compute(self, args, kwargs):
         """Run the lowering (in fused mode: record it); returns (JAX result, device index)."""
         sig = self.sig
         vals = sig.values(args, kwargs)
         index = _device_index(vals, sig)
-        mode = settings.mode
-        lazy = mode == "fused" and not (settings.check_nan or settings.check_numerics)
+        path = op_path()
+        lazy = path == "fused"
         arrays = []
         has_tensors = False
         for i in sig.arrays:
@@ -422,43 +415,36 @@ class Kernel:
             else:
                 arrays.append(_array_of(v, index, lazy))
                 has_tensors = has_tensors or isinstance(v, torch.Tensor)
-        scalars = [vals[i] for i in sig.scalars]
-        if not lazy:  # (fused mode records Python numbers by value)
-            scalars = [_device_scalar(v) for v in scalars]
+        scalars = self._scalars(vals, lazy)
         key = _program_key(vals, sig)
-        program = self.cache.get(key)
-        if program is None:
-            program = self._program(key)
+        if not has_tensors:  # nothing to follow: the program places its outputs
+            key = (*key, index)
         rng = pjrt_random.next_key_parts(index) if self.lowering.random else None
         metrics.op(self.name)
         try:
             if lazy:
                 try:
+                    program = self.program.jitted(key)
                     return fused.record(program, (arrays, scalars, rng), index, self.name), index
                 except fused.Unfusable:  # an argument fused mode cannot record: run it now
                     arrays = fused.concrete(arrays)
-            self._traced = None  # (set by the program when it traces: a compilation)
-            start = time.perf_counter()
-            with jax.enable_x64(True):
-                out = program(arrays, scalars, rng)
-                if index != 0 and not has_tensors:
-                    out = jax.device_put(out, runtime.device(index))
-        except StrictModeError:
+                    scalars = [_device_scalar(v) for v in scalars]
+            out = self.program(key, executor.align(arrays), scalars, rng)
+        except LoweringMissing:
             raise
         except Exception as exc:  # noqa: BLE001  (re-raised with PyTorch's message)
-            out = _retry_on_mesh(program, arrays, scalars, rng)
-            if out is None:
-                raise _explain(self.op, args, kwargs, exc) from exc
-        if self._traced is not None:
-            self._note_compilation(start)
-        if mode == "debug" or settings.check_nan or settings.check_numerics:
+            error = _explain(self.op, args, kwargs, exc)
+            if error is exc:
+                raise
+            raise error from exc
+        if path == "debug" or path == "checked":
             checks.after_op(self.op, args, kwargs, out, self.lowering.random)
         return out, index
 
     def _plain_call(self, args):
         """The common eager call, with as little host work as possible: positional
-        arguments, every tensor a pjrt tensor on one device, a program already built for
-        the static arguments. None when anything else holds: :meth:`compute` runs."""
+        arguments, every tensor a pjrt tensor on one device, no mesh. None when anything
+        else holds: :meth:`compute` runs (and raises PyTorch's error, if any)."""
         sig = self.sig
         tail = self._tails.get(len(args))
         if tail is None:
@@ -476,62 +462,41 @@ class Kernel:
                 arrays.append(array)
             else:  # None, or a wrapped Python number
                 arrays.append(_device_scalar(v))
-        if index is None:
+        if index is None or executor.mesh_in_use:
             return None
-        program = self.cache.get(_program_key(vals, sig))
-        if program is None:
-            return None
-        # NOTE: a scalar at its schema default (add's alpha=1) is passed as None and
-        # baked into a program of its own (jit keys on the None): one argument less per
-        # call, about 0.4 us
-        scalars = [
-            None if v.__class__ is d.__class__ and v == d and (v or d.__class__ is not float)
-            else _device_scalar(v)
-            for v, d in zip([vals[i] for i in sig.scalars], self._scalar_defaults)
-        ]  # fmt: skip
-        self._traced = None
-        start = time.perf_counter()
-        prev = x64.on()
         try:
-            out = program(arrays, scalars, None)
-        except Exception:  # noqa: BLE001  (the general path raises PyTorch's error)
+            out = self.program(_program_key(vals, sig), arrays, self._scalars(vals, False), None)
+        except Exception as exc:  # noqa: BLE001  (the general path raises PyTorch's error)
+            if getattr(exc, "pjrt_event", False):  # strict mode's: the program is built now
+                raise
             return None
-        finally:
-            x64.restore(prev)
         metrics.op(self.name)
-        if self._traced is not None:  # new shapes: jit compiled a program
-            self._note_compilation(start)
         if self.returns_tuple:
-            return tuple(None if a is None else wrap(a, index) for a in out)
-        return wrap(out, index)
-
-    def _note_compilation(self, start: float) -> None:
-        cause = metrics.describe_change(self._last_traced, self._traced)
-        self._last_traced = self._traced
-        metrics.compilation("eager", None, time.perf_counter() - start, f"{self.name}: {cause}")
+            return tuple(None if a is None else wrap(a, index, True) for a in out)
+        return wrap(out, index, True)
 
     def __call__(self, *args, **kwargs):
-        if (
-            self.plain
-            and not kwargs
-            and settings.mode == "eager"
-            and not (settings.check_nan or settings.check_numerics)
-        ):
+        if self.plain and not kwargs and op_path() == "eager":
             out = self._plain_call(args)
             if out is not None:
                 return out
-        out, index = self.compute(args, kwargs)
+        try:
+            out, index = self.compute(args, kwargs)
+        except LoweringMissing as exc:  # the lowering declines these arguments
+            return fallback.run(self.op, args, kwargs, exc.reason)
         writes = self.lowering.writes
         if writes:
             out = self._write_back(out, args, kwargs)
         if self.returns_python:
             metrics.host_sync()
             return fused.concrete(out, "host read").item()
+        # NOTE: a program's results are new arrays (jit never hands back an input), so
+        # each result tensor owns its array (tensor.Cell)
         if self.returns_list:
-            return [wrap(a, index) for a in out]
+            return [wrap(a, index, True) for a in out]
         if self.returns_tuple:
-            return tuple(None if a is None else wrap(a, index) for a in out)
-        return wrap(out, index)
+            return tuple(None if a is None else wrap(a, index, True) for a in out)
+        return wrap(out, index, True)
 
     def _write_back(self, out, args, kwargs):
         writes = self.lowering.writes
@@ -540,27 +505,13 @@ class Kernel:
         for name, value in zip(writes, out[n:]):
             target = vals[self.sig.index[name]]
             if target is not None and value is not None:
-                write(target, value)
+                write(target, value, owned=True)
         return out[:n] if n > 1 or self.returns_tuple else out[0]
 
 
-def _retry_on_mesh(program, arrays, scalars, rng):
-    """The program's result with one-device arguments replicated over the mesh of a
-    sharded one (torch_pjrt.distributed.spmd: JAX refuses to mix them, PyTorch sees one
-    device); None when no mesh is in use or nothing needed moving. Only failed calls get
-    here, so the common path pays nothing for SPMD."""
-    if not fused.mesh_in_use:
-        return None
-    from torch_pjrt.distributed import spmd
-
-    aligned = spmd.align(arrays)
-    if aligned is None:
-        return None
-    try:
-        with jax.enable_x64(True):
-            return program(aligned, scalars, rng)
-    except Exception:  # noqa: BLE001  (the caller raises the first error, explained)
-        return None
+def _placed(key):
+    """The device of an op's program with no tensor arguments (its key's fourth part)."""
+    return key[3] if len(key) > 3 else None
 
 
 def retarget(x, device: str, tensor: Callable):
@@ -594,173 +545,22 @@ def refusal(exc: Exception) -> Exception:
 
 
 def _explain(op: OpOverload, args, kwargs, exc: Exception) -> Exception:
-    """The error a failed lowering should raise: its own when it is a :func:`refusal`,
-    PyTorch's message when PyTorch rejects the same call (its Meta kernel raises), else a
-    bug report with op context."""
-    if getattr(exc, "pjrt_refusal", False):
+    """The error a failed lowering should raise: its own when it is a :func:`refusal` or
+    came from an event listener (strict mode's ``StrictModeError``, marked ``pjrt_event``
+    by ``runtime.events``), PyTorch's message when PyTorch rejects the same call (its Meta
+    kernel raises), else a bug report with op context."""
+    if getattr(exc, "pjrt_refusal", False) or getattr(exc, "pjrt_event", False):
         return exc
     try:
         op(*_to_meta(args), **{k: _to_meta(v) for k, v in kwargs.items()})
     except Exception as meta_exc:  # noqa: BLE001  (this is the error PyTorch gives)
         return meta_exc
     return RuntimeError(
-        f"pjrt: the lowering of {op} failed: {type(exc).__name__}: {exc}\n"
+        f"pjrt: the lowering of {op} failed at {metrics.user_line()}: "
+        f"{type(exc).__name__}: {exc}\n  schema: {op._schema}\n"
         "PyTorch accepts these arguments, so this is a torch_pjrt bug; please report it "
         "with this message."
     )
-
-
-def _check_cast(result_dtype: torch.dtype, out: torch.Tensor) -> None:
-    if not torch.can_cast(result_dtype, out.dtype):
-        raise RuntimeError(
-            f"result type {_dtype_name(result_dtype)} can't be cast to the desired output type "
-            f"{_dtype_name(out.dtype)}"
-        )
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(torch.empty((), dtype=dtype, device="meta").type()).split(".")[-1][:-6]
-
-
-def _store(out: torch.Tensor, value: jax.Array, inplace: bool, warn: bool = True) -> None:
-    from torch_pjrt.runtime.transfer import torch_dtype
-
-    if replace(out, value):  # same shape and dtype, the whole storage: nothing to check
-        return
-    shape = tuple(value.shape)
-    if tuple(out.shape) != shape:
-        if inplace:
-            raise RuntimeError(
-                f"output with shape {list(out.shape)} doesn't match the broadcast shape "
-                f"{list(shape)}"
-            )
-        resize_output(out, shape, warn)
-    _check_cast(torch_dtype(value.dtype), out)
-    write(out, value)
-
-
-def resize_output(out: torch.Tensor, shape, warn: bool = True) -> None:
-    """Resize an ``out=`` tensor as PyTorch does, warning (if ``warn``) when it had
-    elements."""
-    if tuple(out.shape) == tuple(shape):
-        return
-    if warn and out.numel() != 0:
-        warnings.warn(
-            f"An output with one or more elements was resized since it had shape "
-            f"{list(out.shape)}, which does not match the required output shape {list(shape)}. "
-            "This behavior is deprecated, and in a future PyTorch release outputs will not be "
-            "resized unless they have zero elements. You can explicitly reuse an out tensor t "
-            "by resizing it, inplace, to zero elements with t.resize_(0).",
-            UserWarning,
-            stacklevel=3,
-        )
-    out.resize_(shape)
-
-
-class InplaceKernel:
-    """``op_(self, ...)`` from the functional op's lowering: compute, then write self."""
-
-    def __init__(self, functional: Kernel):
-        self.functional = functional
-
-    def __call__(self, *args, **kwargs):
-        out, _ = self.functional.compute(args, kwargs)
-        self_ = args[0] if args else kwargs["self"]
-        if isinstance(self_, (list, tuple)):  # _foreach_*_: returns nothing
-            for t, value in zip(self_, out):
-                _store(t, value, inplace=True)
-            return None
-        _store(self_, out, inplace=True)
-        return self_
-
-
-# NOTE: with ``out=`` and no ``dtype``, PyTorch runs these in the out tensor's dtype
-# (an int64 out sums the inputs cast to int64), not in the result type cast afterwards
-_DTYPE_FROM_OUT = frozenset(
-    {"aten::sum", "aten::prod", "aten::nansum", "aten::cumsum", "aten::cumprod"}
-)
-# NOTE: cat (and stack and _chunk_cat, which PyTorch builds on it) refuses an out dtype
-# with a TypeError of its own, not TensorIterator's RuntimeError
-_CAT_LIKE = frozenset({"aten::cat", "aten::stack", "aten::_chunk_cat"})
-# NOTE: PyTorch's kernels for these resize a wrong-shaped out without the warning
-_SILENT_RESIZE = frozenset({"aten::addbmm", "aten::log_sigmoid_forward"})
-
-
-class OutKernel:
-    """``op.out(..., out=...)`` from the functional op's lowering."""
-
-    def __init__(self, functional: Kernel, out_names: list[str]):
-        self.functional = functional
-        self.out_names = out_names
-        name = functional.op._schema.name
-        dtype_from_out = name in _DTYPE_FROM_OUT
-        self.dtype_index = functional.sig.index.get("dtype") if dtype_from_out else None
-        self.cat_like = name in _CAT_LIKE
-        self.warn_on_resize = name not in _SILENT_RESIZE
-
-    def __call__(self, *args, **kwargs):
-        outs = [kwargs.pop(name) for name in self.out_names]
-        sig = self.functional.sig
-        if self.dtype_index is not None and sig.values(args, kwargs)[self.dtype_index] is None:
-            kwargs["dtype"] = outs[0].dtype
-        result, index = self.functional.compute(args, kwargs)
-        results = result if len(outs) > 1 else (result,)
-        for o, r in zip(outs, results):
-            if o.device.type != "pjrt" or (o.device.index or 0) != index:
-                raise RuntimeError(
-                    f"Expected out tensor to have device pjrt:{index}, but got {o.device} instead"
-                )
-            if self.cat_like:
-                _check_cat_cast(r, o)
-            _store(o, r, inplace=False, warn=self.warn_on_resize)
-        return outs[0] if len(outs) == 1 else tuple(outs)
-
-
-def _check_cat_cast(value: jax.Array, out: torch.Tensor) -> None:
-    from torch_pjrt.runtime.transfer import torch_dtype
-
-    if not torch.can_cast(torch_dtype(value.dtype), out.dtype):
-        raise TypeError(
-            f"torch.cat(): input types can't be cast to the desired output type "
-            f"{_dtype_name(out.dtype)}"
-        )
-
-
-# --- deriving variants from schemas -------------------------------------------------
-
-
-def _arg_signature(op: OpOverload) -> tuple:
-    return tuple(
-        (a.name, str(a.type)) for a in op._schema.arguments if not (a.alias_info and a.is_out)
-    )
-
-
-def inplace_variant(op: OpOverload) -> OpOverload | None:
-    """The ``op_`` overload with the same arguments as ``op`` (names and types)."""
-    packet = getattr(aten, op._schema.name.split("::")[1] + "_", None)
-    if packet is None:
-        return None
-    want = _arg_signature(op)
-    for name in packet.overloads():
-        variant = getattr(packet, name)
-        first = variant._schema.arguments[0] if variant._schema.arguments else None
-        if first is None or first.alias_info is None or not first.alias_info.is_write:
-            continue
-        if _arg_signature(variant) == want:
-            return variant
-    return None
-
-
-def out_variants(op: OpOverload) -> list[tuple[OpOverload, list[str]]]:
-    packet = getattr(aten, op._schema.name.split("::")[1])
-    want = _arg_signature(op)
-    found = []
-    for name in packet.overloads():
-        variant = getattr(packet, name)
-        outs = [a.name for a in variant._schema.arguments if a.is_out]
-        if outs and variant is not op and _arg_signature(variant) == want:
-            found.append((variant, outs))
-    return found
 
 
 # --- raw kernels and installation ---------------------------------------------------

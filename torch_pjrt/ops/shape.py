@@ -7,14 +7,11 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
+from torch_pjrt.ops._helpers import slice_bounds, wrap_dim
 from torch_pjrt.ops._promote import result_type
 from torch_pjrt.ops.registry import lowers
 
 aten = torch.ops.aten
-
-
-def _wrap_dim(dim: int, ndim: int) -> int:
-    return dim % max(ndim, 1) if dim < 0 else dim
 
 
 @lowers(aten.cat.default)
@@ -24,14 +21,14 @@ def cat(tensors, dim=0):
     kept = [t for t in tensors if t.shape != (0,)]
     if not kept:
         return jnp.zeros((0,), dtype)
-    dim = _wrap_dim(dim, kept[0].ndim)
+    dim = wrap_dim(dim, kept[0].ndim)
     return jnp.concatenate([t.astype(dtype) for t in kept], axis=dim)
 
 
 @lowers(aten.stack.default)
 def stack(tensors, dim=0):
     dtype = result_type(*tensors)[1]
-    dim = _wrap_dim(dim, tensors[0].ndim + 1)
+    dim = wrap_dim(dim, tensors[0].ndim + 1)
     return jnp.stack([t.astype(dtype) for t in tensors], axis=dim)
 
 
@@ -72,7 +69,7 @@ def constant_pad_nd(self, pad, value=0):
 
 @lowers(aten.rot90.default)
 def rot90(self, k=1, dims=(0, 1)):
-    return jnp.rot90(self, k, axes=tuple(_wrap_dim(d, self.ndim) for d in dims))
+    return jnp.rot90(self, k, axes=tuple(wrap_dim(d, self.ndim) for d in dims))
 
 
 @lowers(aten.pixel_shuffle.default)
@@ -99,14 +96,14 @@ def pixel_unshuffle(self, downscale_factor):
 def flip(self, dims):
     if self.ndim == 0 or not dims:
         return self
-    return jnp.flip(self, axis=tuple(_wrap_dim(d, self.ndim) for d in dims))
+    return jnp.flip(self, axis=tuple(wrap_dim(d, self.ndim) for d in dims))
 
 
 @lowers(aten.roll.default)
 def roll(self, shifts, dims=()):
     if not dims:
         return jnp.roll(self.reshape(-1), shifts[0]).reshape(self.shape)
-    return jnp.roll(self, tuple(shifts), axis=tuple(_wrap_dim(d, self.ndim) for d in dims))
+    return jnp.roll(self, tuple(shifts), axis=tuple(wrap_dim(d, self.ndim) for d in dims))
 
 
 @lowers(aten.tril.default)
@@ -130,27 +127,17 @@ def channel_shuffle(self, groups):
 # --- scatters into views -------------------------------------------------------------
 
 
-def _slice_bounds(size: int, start, end, step: int) -> tuple[int, int, int]:
-    start = 0 if start is None else start
-    end = size if end is None else end
-    start = start + size if start < 0 else start
-    end = end + size if end < 0 else end
-    start = min(max(start, 0), size)
-    end = min(max(end, start), size)
-    return start, end, step
-
-
 @lowers(aten.slice_scatter.default)
 def slice_scatter(self, src, dim=0, start=None, end=None, step=1):
-    dim = _wrap_dim(dim, self.ndim)
-    start, end, step = _slice_bounds(self.shape[dim], start, end, step)
+    dim = wrap_dim(dim, self.ndim)
+    start, end, step = slice_bounds(self.shape[dim], start, end, step)
     where = (slice(None),) * dim + (slice(start, end, step),)
     return self.at[where].set(src.astype(self.dtype))
 
 
 @lowers(aten.select_scatter.default)
 def select_scatter(self, src, dim, index):
-    dim = _wrap_dim(dim, self.ndim)
+    dim = wrap_dim(dim, self.ndim)
     index = index + self.shape[dim] if index < 0 else index
     return self.at[(slice(None),) * dim + (index,)].set(src.astype(self.dtype))
 
@@ -163,7 +150,7 @@ def _diagonal_positions(rows: int, cols: int, offset: int):
 
 @lowers(aten.diagonal_scatter.default)
 def diagonal_scatter(self, src, offset=0, dim1=0, dim2=1):
-    dim1, dim2 = _wrap_dim(dim1, self.ndim), _wrap_dim(dim2, self.ndim)
+    dim1, dim2 = wrap_dim(dim1, self.ndim), wrap_dim(dim2, self.ndim)
     x = jnp.moveaxis(self, (dim1, dim2), (-2, -1))
     r, c = _diagonal_positions(x.shape[-2], x.shape[-1], offset)
     x = x.at[..., r, c].set(src.astype(self.dtype))
@@ -187,7 +174,7 @@ def as_strided_scatter(self, src, size, stride, storage_offset=None):
 @lowers(aten.diag_embed.default)
 def diag_embed(self, offset=0, dim1=-2, dim2=-1):
     ndim = self.ndim + 1
-    dim1, dim2 = _wrap_dim(dim1, ndim), _wrap_dim(dim2, ndim)
+    dim1, dim2 = wrap_dim(dim1, ndim), wrap_dim(dim2, ndim)
     n = self.shape[-1] + abs(offset)
     out = jnp.zeros(self.shape[:-1] + (n, n), self.dtype)
     r, c = _diagonal_positions(n, n, offset)
@@ -199,7 +186,7 @@ def diag_embed(self, offset=0, dim1=-2, dim2=-1):
 def unfold_backward(grad_in, input_sizes, dim, size, step):
     if not input_sizes:
         return jnp.sum(grad_in).reshape(())
-    dim = _wrap_dim(dim, len(input_sizes))
+    dim = wrap_dim(dim, len(input_sizes))
     windows = grad_in.shape[dim]
     positions = (np.arange(windows)[:, None] * step + np.arange(size)[None, :]).reshape(-1)
     g = jnp.moveaxis(grad_in, -1, dim + 1)

@@ -19,8 +19,8 @@ import torch
 from jax import lax
 
 from torch_pjrt.ops._promote import KIND, promote
-from torch_pjrt.ops.elementwise import digamma
 from torch_pjrt.ops.registry import lowers
+from torch_pjrt.ops.unary import digamma
 
 aten = torch.ops.aten
 

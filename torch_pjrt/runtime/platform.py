@@ -6,8 +6,8 @@ import logging
 import threading
 
 from torch_pjrt.config import settings
-from torch_pjrt.diagnostics import metrics
-from torch_pjrt.distributed import launch as _distributed_launch
+from torch_pjrt.runtime import events as metrics
+from torch_pjrt.runtime import launch
 
 log = logging.getLogger("torch_pjrt")
 
@@ -153,7 +153,7 @@ def init(platform: str | None = None) -> str:
             wanted = _normalize(settings.platform)
         _apply_cpu_device_count()
         _apply_compilation_cache()
-        _distributed_launch.init_jax_from_env(wanted or settings.platform)  # under torchrun
+        launch.init_jax_from_env(wanted or settings.platform)  # under torchrun
         if wanted is not None:
             found = _available(wanted)
             if not found:

@@ -8,7 +8,7 @@ import ml_dtypes
 import numpy as np
 import torch
 
-from torch_pjrt.diagnostics import metrics
+from torch_pjrt.runtime import events as metrics
 from torch_pjrt.runtime import platform
 
 TORCH_TO_JAX = {

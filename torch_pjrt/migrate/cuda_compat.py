@@ -36,68 +36,24 @@ import threading
 import torch
 from torch.overrides import TorchFunctionMode
 
-from torch_pjrt import streams
+from torch_pjrt.device import streams
+from torch_pjrt.migrate.cuda_calls import APPROX, CUDA_CALLS, EXACT, UNSUPPORTED, pjrt_call
 
 __all__ = ["MAPPINGS", "Receipt", "install", "installed", "receipt", "uninstall"]
 
-EXACT, APPROX, UNSUPPORTED = "exact", "approximate", "unsupported"
-
-# call -> (what it became, exactness, note). The receipt and docs/migrating.md use these.
-MAPPINGS: dict[str, tuple[str, str, str]] = {}
+# call -> (what it became, exactness, note). The receipt and docs/migrating.md use these:
+# the torch.cuda calls from the table torch-pjrt migrate shares (migrate/cuda_calls.py),
+# then what is not a torch.cuda call.
+MAPPINGS: dict[str, tuple[str, str, str]] = {
+    f"torch.cuda.{name}": (pjrt_call(name), call.mapping, call.pjrt_note)
+    for name, call in CUDA_CALLS.items()
+}
 
 
 def _m(call: str, became: str, exactness: str, note: str = "") -> None:
     MAPPINGS[call] = (became, exactness, note)
 
 
-for _name in (
-    "is_available",
-    "is_initialized",
-    "init",
-    "device_count",
-    "current_device",
-    "set_device",
-    "synchronize",
-    "manual_seed",
-    "manual_seed_all",
-    "seed",
-    "seed_all",
-    "initial_seed",
-    "get_rng_state",
-    "set_rng_state",
-    "get_rng_state_all",
-    "set_rng_state_all",
-    "get_device_name",
-    "get_device_properties",
-):
-    _m(f"torch.cuda.{_name}", f"torch.pjrt.{_name}", EXACT)
-_m("torch.cuda.device", "torch.pjrt.device", EXACT)
-_m("torch.cuda.get_device_capability", "torch.pjrt.get_device_capability", APPROX,
-   "pjrt has no compute capability: (0, 0)")  # fmt: skip
-for _name in (
-    "memory_allocated",
-    "max_memory_allocated",
-    "memory_reserved",
-    "max_memory_reserved",
-    "memory_stats",
-    "reset_peak_memory_stats",
-    "reset_max_memory_allocated",
-    "mem_get_info",
-):
-    _target = "torch.pjrt." + (
-        _name if _name in ("memory_allocated", "max_memory_allocated", "memory_reserved",
-                           "memory_stats", "reset_peak_memory_stats") else "memory_stats"
-    )  # fmt: skip
-    if _name == "reset_max_memory_allocated":
-        _target = "torch.pjrt.reset_peak_memory_stats"
-    _m(f"torch.cuda.{_name}", _target, APPROX,
-       "figures from the PJRT allocator, or the live arrays where it reports none")  # fmt: skip
-_m("torch.cuda.empty_cache", "nothing", APPROX, "XLA frees buffers itself")
-_m("torch.cuda.is_bf16_supported", "True", EXACT)
-for _name in ("Stream", "Event", "current_stream", "default_stream", "stream", "set_stream"):
-    _m(f"torch.cuda.{_name}", "synchronous stand-in", APPROX,
-       "one in-order queue per device (torch.pjrt.Stream); a timing event's record() "
-       "synchronizes, so its elapsed_time is host time around synchronized work")  # fmt: skip
 _m("Tensor.record_stream", "nothing", EXACT, "one queue: nothing to record")
 _m('"cuda" device string', '"pjrt"', EXACT)
 _m('"cuda:N" device string', '"pjrt:N"', EXACT)
@@ -114,9 +70,7 @@ _m("torch.set_default_device", 'torch.set_default_device("pjrt")', EXACT)
 _m("torch.load(map_location=cuda)", 'torch.load(map_location="pjrt")', EXACT)
 _m('torch.autocast("cuda")', 'torch.autocast("pjrt")', EXACT,
    "CUDA's op lists, op for op (docs/precision.md)")  # fmt: skip
-_m("torch.cuda.amp.autocast", 'torch.autocast("pjrt")', EXACT)
 _m('torch.amp.GradScaler("cuda")', 'torch.amp.GradScaler("pjrt")', EXACT)
-_m("torch.cuda.amp.GradScaler", 'torch.amp.GradScaler("pjrt")', EXACT)
 _m("torch.backends.cudnn.benchmark", "accepted, no effect", APPROX,
    "XLA picks its own algorithms; values are unchanged")  # fmt: skip
 _m("torch.backends.cudnn.enabled", "accepted, no effect", APPROX, "there is no cuDNN")
@@ -201,7 +155,7 @@ _receipt = Receipt()
 _state: dict = {"installed": False, "patches": [], "mode": None, "atexit": None}
 _local = threading.local()  # .quiet > 0 while a counted call maps its inner calls
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-_PJRT_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_PJRT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # torch_pjrt/
 _CUDA_STR = re.compile(r"cuda(:\d+)?")
 
 
@@ -317,7 +271,7 @@ class _CudaDevices(TorchFunctionMode):
 
 
 class Stream(streams.Stream):
-    """``torch.cuda.Stream`` on pjrt (torch_pjrt.streams): cuda devices mean pjrt ones."""
+    """``torch.cuda.Stream`` on pjrt (torch_pjrt.device.streams): cuda devices mean pjrt ones."""
 
     def __init__(self, device=None, priority=0, **kwargs):
         super().__init__(_pjrt_device(device), priority)
@@ -364,17 +318,15 @@ def _on_pjrt(fn):
 
 
 def _cuda_targets() -> dict:
+    """torch.cuda function -> what runs instead: torch.pjrt's function of the same name
+    where the table says so (``CudaCall.pjrt`` None), else a stand-in below. (The classes
+    ``device``, ``Stream`` and ``Event`` and ``torch.cuda.amp`` are patched by install.)"""
     p = torch.pjrt
     t = {
         name: _on_pjrt(getattr(p, name))
-        for name in (
-            "is_available", "is_initialized", "device_count", "current_device",
-            "set_device", "synchronize", "manual_seed", "manual_seed_all", "seed",
-            "seed_all", "initial_seed", "get_rng_state", "set_rng_state",
-            "get_rng_state_all", "set_rng_state_all", "get_device_name",
-            "get_device_properties", "get_device_capability",
-        )
-    }  # fmt: skip
+        for name, call in CUDA_CALLS.items()
+        if call.pjrt is None and name not in ("init", "device")
+    }
     t["init"] = lambda: p._lazy_init()
     t["get_rng_state"] = lambda device="cuda": p.get_rng_state(_pjrt_device(device))
     t["set_rng_state"] = lambda state, device="cuda": p.set_rng_state(state, _pjrt_device(device))
@@ -401,7 +353,7 @@ def _counted(call: str, fn):
             return fn(*args, **kwargs)
 
     wrapper.__name__ = getattr(fn, "__name__", call.rsplit(".", 1)[-1])
-    wrapper.__doc__ = f"{call} mapped to pjrt by torch_pjrt.cuda_compat."
+    wrapper.__doc__ = f"{call} mapped to pjrt by torch_pjrt.migrate.cuda_compat."
     wrapper.__wrapped__ = fn
     return wrapper
 

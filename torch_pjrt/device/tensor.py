@@ -24,10 +24,21 @@ from torch_pjrt import runtime
 from torch_pjrt.config import settings
 from torch_pjrt.modes import fused
 from torch_pjrt.modes.fused import Pending
+from torch_pjrt.runtime import executor
 from torch_pjrt.runtime.transfer import jax_dtype
 from torch_pjrt.runtime.transfer import torch_dtype as _torch_dtype
 
-__all__ = ["Cell", "cell_of", "new_tensor", "read", "read_lazy", "whole", "write", "wrap"]
+__all__ = [
+    "Cell",
+    "argument",
+    "cell_of",
+    "new_tensor",
+    "read",
+    "read_lazy",
+    "whole",
+    "write",
+    "wrap",
+]
 
 _ATTR = "_pjrt_cell"
 
@@ -38,15 +49,24 @@ class Cell:
     ``array`` is None until first written (fresh ``empty`` storage), otherwise a JAX
     array holding the storage's elements in row-major order (any shape whose size is
     ``size``; usually the shape of the tensor that made it).
+
+    ``owned``: the cell is the only holder of its array, which a program made for it
+    (an op's result, a host transfer) and which nothing has read out since except as a
+    program's argument (:func:`argument`). Only an owned array may be donated: when an
+    owned cell is overwritten while a fused recording holds its old array as an input,
+    the recording may give that buffer to XLA to reuse (:meth:`own`, ``fused.released``);
+    a compiled graph donates the buffer of an owned input it updates. Ownership is
+    decided here, where values are stored and read, never from reference counts.
     """
 
-    __slots__ = ("_value", "dtype", "index", "size", "__weakref__")
+    __slots__ = ("_value", "dtype", "index", "size", "owned", "__weakref__")
 
-    def __init__(self, size: int, dtype: torch.dtype, index: int, array=None):
+    def __init__(self, size: int, dtype: torch.dtype, index: int, array=None, owned=False):
         self.size = size
         self.dtype = dtype
         self.index = index
         self._value = array
+        self.owned = owned
 
     @property
     def array(self) -> jax.Array | None:
@@ -58,13 +78,35 @@ class Cell:
 
     @array.setter
     def array(self, value) -> None:
+        """Store a value the cell does not own (it may be held elsewhere too)."""
+        if self.owned:
+            self._release()
         self._value = value  # an array, or a Pending in fused mode
+        self.owned = False
+
+    def own(self, value) -> None:
+        """Store a value made for this cell alone (a program's fresh result)."""
+        if self.owned:
+            self._release()
+        self._value = value
+        self.owned = True
+
+    def give_up(self) -> None:
+        """The array is being read out to be kept elsewhere: no longer the only holder."""
+        self.owned = False
+
+    def _release(self) -> None:
+        old = self._value
+        if old.__class__ is Pending:
+            old = old.value
+        if old is not None:
+            fused.released(old, self.index)
 
     def materialize(self, lazy: bool = False):
         """The storage's value, zeros if it was never written (pending if ``lazy``)."""
         if self._value is None:
             program = _zeros_program(self.size, self.dtype, self.index)
-            self._value = fused.apply(program, (), self.index, "zeros")
+            self.own(fused.apply(program, (), self.index, "zeros"))
         return self._value if lazy else self.array
 
 
@@ -257,10 +299,11 @@ def _dense_layout(shape: tuple) -> tuple:
 
 
 def new_tensor(
-    shape, dtype: torch.dtype, index: int, array=None, strides=None, size=None
+    shape, dtype: torch.dtype, index: int, array=None, strides=None, size=None, owned=False
 ) -> torch.Tensor:
     """A new pjrt tensor (contiguous unless ``strides``) with its own storage cell of
-    ``size`` elements (default: just what the view needs)."""
+    ``size`` elements (default: just what the view needs); ``owned``: ``array`` was made
+    for it alone (see :class:`Cell`)."""
     shape = tuple(shape)
     if strides is None:
         strides, needed = _dense_layout(shape)
@@ -269,18 +312,19 @@ def new_tensor(
         needed = storage_size(shape, strides)
     size = needed if size is None else size
     t = _handle(index, shape, strides, dtype, size * dtype.itemsize)
-    setattr(t.untyped_storage(), _ATTR, Cell(size, dtype, index, array))
+    setattr(t.untyped_storage(), _ATTR, Cell(size, dtype, index, array, owned))
     return t
 
 
-def wrap(array: jax.Array, index: int) -> torch.Tensor:
-    """A new pjrt tensor holding ``array`` (every eager op's result: kept lean)."""
+def wrap(array: jax.Array, index: int, owned: bool = False) -> torch.Tensor:
+    """A new pjrt tensor holding ``array`` (every eager op's result: kept lean);
+    ``owned``: a program made ``array`` for this tensor alone (see :class:`Cell`)."""
     layout = _WRAP_LAYOUTS.get((array.shape, array.dtype))
     if layout is None:
         layout = _wrap_layout(array.shape, array.dtype)
     template, dtype, size, nbytes = layout
     t = _from_template(template, index, nbytes)
-    setattr(t.untyped_storage(), _ATTR, Cell(size, dtype, index, array))
+    setattr(t.untyped_storage(), _ATTR, Cell(size, dtype, index, array, owned))
     return t
 
 
@@ -380,10 +424,21 @@ def _reinterpret(a: jax.Array, dtype) -> jax.Array:
 
 
 def read(t: torch.Tensor, lazy: bool = False) -> jax.Array:
-    """The JAX array of a pjrt tensor's current value (its view of the storage).
+    """The JAX array of a pjrt tensor's current value (its view of the storage), to keep
+    or to store elsewhere: the storage gives up its ownership of the array (see
+    :class:`Cell`). Programs' arguments are read with :func:`argument` instead.
 
     With ``lazy`` (fused mode), the value may be :class:`~torch_pjrt.modes.fused.Pending`.
     """
+    cell = getattr(t.untyped_storage(), _ATTR, None)
+    if cell is not None:
+        cell.owned = False
+    return argument(t, lazy)
+
+
+def argument(t: torch.Tensor, lazy: bool = False) -> jax.Array:
+    """:func:`read` for a program's argument: the array goes into a program (or a fused
+    recording) and nowhere else, so the storage keeps owning it."""
     a = whole(t, lazy)
     if a is not None:
         return a
@@ -420,15 +475,16 @@ def _is_whole(t: torch.Tensor, cell: Cell, array) -> bool:
 
 
 def read_on_device(t: torch.Tensor) -> tuple | None:
-    """(:func:`read`'s array, device index) of a pjrt tensor, None for any other tensor:
-    one look at the storage, for eager calls (``t.device.type`` alone costs 0.3 us)."""
+    """(:func:`argument`'s array, device index) of a pjrt tensor, None for any other
+    tensor: one look at the storage, for eager calls (``t.device.type`` alone costs
+    0.3 us)."""
     cell = getattr(t.untyped_storage(), _ATTR, None)
     if cell is None:
         return None
     array = cell.array
     if _is_whole(t, cell, array):
         return array, cell.index
-    return read(t), cell.index
+    return argument(t), cell.index
 
 
 def _resolve_bits(t: torch.Tensor, a: jax.Array) -> jax.Array:
@@ -456,7 +512,7 @@ def _read(t: torch.Tensor, lazy: bool = False) -> jax.Array:
             _gather_fn(shape, tuple(t.stride())), (a, t.storage_offset()), cell.index, "view"
         )
         if t.storage_offset() == 0 and out.size == cell.size and t.is_contiguous():
-            cell.array = out
+            _keep(cell, out)
         return out
     a = fused.concrete(a)
     with jax.enable_x64(True):
@@ -476,8 +532,18 @@ def _read(t: torch.Tensor, lazy: bool = False) -> jax.Array:
             and out.size == cell.size
             and _is_contiguous(shape, strides)
         ):
-            cell.array = out  # the same storage, kept in the shape asked for last
+            _keep(cell, out)  # the same storage, kept in the shape asked for last
         return out
+
+
+def _keep(cell: Cell, value) -> None:
+    """Keep a new array of the storage's whole value (a gather into another shape) as
+    the storage's array: owned as the old one was (:func:`read` gives ownership up
+    before it reads, so an array handed out is never owned)."""
+    if cell.owned:
+        cell.own(value)
+    else:
+        cell.array = value
 
 
 def _check_no_overlap(t: torch.Tensor) -> None:
@@ -490,9 +556,10 @@ def _check_no_overlap(t: torch.Tensor) -> None:
             )
 
 
-def replace(t: torch.Tensor, value) -> bool:
+def replace(t: torch.Tensor, value, owned: bool = False) -> bool:
     """Store ``value`` as t's whole storage when that is all a write needs (t covers its
-    storage, same shape and dtype: an in-place op's common case); False otherwise."""
+    storage, same shape and dtype: an in-place op's common case); False otherwise.
+    ``owned``: a program made ``value`` for t alone (see :class:`Cell`)."""
     cell = getattr(t.untyped_storage(), _ATTR, None)
     if (
         cell is None
@@ -506,9 +573,12 @@ def replace(t: torch.Tensor, value) -> bool:
         or t.is_neg()
     ):
         return False
-    if fused.mesh_in_use:  # SPMD: an in-place op keeps the tensor's layout
+    if executor.mesh_in_use:  # SPMD: an in-place op keeps the tensor's layout
         value = keep_layout(cell._value, value)
-    cell.array = value
+    if owned:
+        cell.own(value)
+    else:
+        cell.array = value
     return True
 
 
@@ -527,8 +597,9 @@ _NP_DTYPES = {
 }
 
 
-def write(t: torch.Tensor, value: jax.Array) -> None:
-    """Store ``value`` (already of t's shape and dtype) into t's view of its storage.
+def write(t: torch.Tensor, value: jax.Array, owned: bool = False) -> None:
+    """Store ``value`` (already of t's shape and dtype) into t's view of its storage;
+    ``owned``: a program made ``value`` for t alone (see :class:`Cell`).
 
     In fused mode (or with a pending ``value``) the write is recorded, not run.
     """
@@ -548,19 +619,24 @@ def write(t: torch.Tensor, value: jax.Array) -> None:
         with jax.enable_x64(True):
             base = _reinterpret(cell.materialize(), value.dtype)
             new = _scatter_fn(shape, tuple(t.stride()))(base, value, offset)
-            cell.array = _reinterpret(new, jax_dtype(cell.dtype))
+            cell.own(_reinterpret(new, jax_dtype(cell.dtype)))  # (a new array)
         return
     if offset == 0 and value.size == cell.size and t.is_contiguous():
-        if fused.mesh_in_use:  # SPMD: an overwrite (copy_, load_state_dict) keeps the layout
+        if executor.mesh_in_use:  # SPMD: an overwrite (copy_, load_state_dict) keeps the layout
             value = keep_layout(cell._value, value)
-        cell.array = value
+        if owned:
+            cell.own(value)
+        else:
+            cell.array = value
         return
     _check_no_overlap(t)
     if value.size == 0:
         return
     base = cell.materialize(lazy)
-    cell.array = fused.apply(
-        _scatter_fn(shape, tuple(t.stride())), (base, value, offset), cell.index, "view write"
+    cell.own(  # (the scatter makes a new array)
+        fused.apply(
+            _scatter_fn(shape, tuple(t.stride())), (base, value, offset), cell.index, "view write"
+        )
     )
 
 
@@ -588,6 +664,12 @@ def cast_to(value, dtype: torch.dtype, shape, index: int):
     return fused.apply(_cast_fn(want, shape), (value,), index, "cast")
 
 
+def copy_to(value, dtype: torch.dtype, shape, index: int):
+    """A new array of ``value`` cast to ``dtype`` and broadcast to ``shape`` (recorded in
+    fused mode): :func:`cast_to` that copies when nothing needs casting."""
+    return fused.apply(_cast_fn(jax_dtype(dtype), tuple(shape)), (value,), index, "copy")
+
+
 @functools.lru_cache(maxsize=1024)
 def _cast_fn(dtype, shape):
     return jax.jit(lambda v: jnp.broadcast_to(v.astype(dtype), shape))
@@ -602,5 +684,5 @@ def resize_cell(t: torch.Tensor, size: int) -> None:
     if cell.array is not None:
         with jax.enable_x64(True):
             flat = cell.array.reshape(-1)
-            cell.array = jnp.concatenate([flat, jnp.zeros((size - cell.size,), flat.dtype)])
+            cell.own(jnp.concatenate([flat, jnp.zeros((size - cell.size,), flat.dtype)]))
     cell.size = size

@@ -1,27 +1,74 @@
-"""Expected outcomes of tests/test_ops.py, keyed ``"op_name"`` or ``"op_name.variant"``.
+"""Every expected failure of the test suite, and every skip, each with its reason.
+
+The one place they are listed: every suite takes its marks from here. An expected failure
+is a strict xfail (``xfail``: a test listed here that passes fails the run, so a fix is
+noticed and its entry removed). A skip is for a test that has nothing to compare (an op
+whose results are random or uninitialised, an op the CPU cannot run) or hardware the
+platform lacks; none stands for a failure.
+
+OpInfo ops (tests/test_ops.py, tests/test_variants.py, tests/test_core_aten.py), keyed
+``"op_name"`` or ``"op_name.variant"``:
 
 - ``SKIP``: ops that cannot be compared with the CPU, with the reason. Hand-kept.
 - ``SHAPE_ONLY``: ops whose CPU result is uninitialised memory; only shape, dtype and
   device are compared. Hand-kept.
-- ``XFAIL``: ops failing within the first 3 samples (``make test``), with the error.
+- ``XFAIL``: ops failing within the first 3 samples (``make test``) in both execution
+  modes, eager and fused, with the error.
+- ``XFAIL_EAGER`` and ``XFAIL_FUSED``: ops failing within the first 3 samples in that
+  mode only. The modes should agree, so each entry is a bug.
 - ``XFAIL_EXHAUSTIVE``: ops that pass the first 3 samples but fail a later one (only
-  the exhaustive run, ``--exhaustive``, expects them to fail).
-- ``XFAIL_GRAD`` and ``XFAIL_GRAD_EXHAUSTIVE``: the same for float32 gradients
-  (``test_grad``; ``make test`` runs the first 2 samples of each op).
-- ``XFAIL_VARIANTS``: ops whose in-place or ``out=`` variants differ from the CPU
-  (``tests/test_variants.py``). Hand-kept.
+  the exhaustive run, ``--exhaustive``, expects them to fail; it runs in fused mode).
+- ``XFAIL_GRAD``, ``XFAIL_GRAD_EAGER``, ``XFAIL_GRAD_FUSED`` and
+  ``XFAIL_GRAD_EXHAUSTIVE``: the same for float32 gradients (``test_grad``; ``make
+  test`` runs the first 2 samples of each op).
+- ``XFAIL_VARIANTS``: ops whose in-place or ``out=`` variants differ from the CPU in
+  both modes (``tests/test_variants.py``); ``XFAIL_VARIANTS_EAGER`` and
+  ``XFAIL_VARIANTS_FUSED`` in one mode only. Hand-kept.
 - ``GRAD_TOLERANCES``: wider gradient tolerances for a few ops, with the measurement
   that justifies each. Hand-kept.
 
-The xfail tables are strict and generated: after lowerings land, run
+The other suites: ``XFAIL_CORE_EXAMPLES`` (tests/test_core_aten.py),
+``XFAIL_HF_FAMILIES``, ``XFAIL_HF_GENERATE``, ``XFAIL_HF_INTEGRATION``
+(tests/test_hf_*.py) and ``XFAIL_DISTRIBUTED`` (tests/test_distributed.py); the skips
+that remain, with their reasons, are at the end (``SKIP_*``).
+
+The op xfail tables are strict and generated: after lowerings land, run
 
     .venv/bin/python scripts/op_coverage.py --write-expectations
 
-which reruns every op and rewrites the part of this file between the GENERATED
-markers (and docs/op_coverage.md). Edit SKIP and SHAPE_ONLY by hand.
+which reruns every op (every sample in fused mode, the first ones in eager mode too) and
+rewrites the part of this file between the GENERATED markers (and docs/op_coverage.md).
+Edit the other tables by hand.
 """
 
 from __future__ import annotations
+
+import pytest
+
+
+def xfail(reason: str):
+    """The mark of an expected failure: strict, so that a fix fails the run until its
+    entry is removed."""
+    return pytest.mark.xfail(strict=True, reason=reason)
+
+
+def marks(table: dict, key) -> list:
+    """``[xfail(reason)]`` when ``table`` lists ``key``, else ``[]``."""
+    return [xfail(table[key])] if key in table else []
+
+
+def expected(table: dict):
+    """A decorator marking a test function as expected to fail when ``table`` lists its
+    name."""
+
+    def mark(test):
+        reason = table.get(test.__name__)
+        return xfail(reason)(test) if reason is not None else test
+
+    return mark
+
+
+# --- OpInfo ops ---------------------------------------------------------------------------
 
 _RANDOM = "random: checked statistically elsewhere"
 
@@ -60,8 +107,8 @@ SHAPE_ONLY: dict[str, str] = {
     "new_empty_strided": _UNINITIALISED,
 }
 
-# In-place and out= variants (tests/test_variants.py) known to differ from the CPU, and
-# why. Strict, like XFAIL. Hand-kept.
+# In-place and out= variants (tests/test_variants.py) known to differ from the CPU in
+# both modes, and why. Hand-kept.
 XFAIL_VARIANTS: dict[str, str] = {
     "addbmm": "in place, the CPU resizes a [1] self to the [5, 10] result (addbmm_ skips "
     "the broadcast check other in-place ops make); pjrt refuses, as it does for any op",
@@ -73,10 +120,14 @@ XFAIL_VARIANTS: dict[str, str] = {
     "derived from their functional lowerings)",
     "narrow_copy": "no lowering: aten.narrow_copy.out",
     "linalg.eigvals": "no lowering: aten.linalg_eigvals.out",
-    "hash_tensor": "no lowering: aten.hash_tensor.out (as in tests/op_expectations.py)",
-    "linalg.eigh": "out=[1]: eigenvectors differ from the CPU's (as in tests/op_expectations.py)",
+    "hash_tensor": "no lowering: aten.hash_tensor.out (as in XFAIL)",
+    "linalg.eigh": "out=[1]: eigenvectors differ from the CPU's (as in XFAIL)",
     "nn.functional.rrelu": "random: training=True draws slopes, differently on CPU and pjrt",
 }
+
+# ... in one execution mode only (the modes should agree: each entry is a bug). Hand-kept.
+XFAIL_VARIANTS_EAGER: dict[str, str] = {}
+XFAIL_VARIANTS_FUSED: dict[str, str] = {}
 
 # Gradient tolerances wider than the op's own, where the CPU's float32 gradient is itself
 # that far from the exact one (measured against the CPU's float64 gradient). Hand-kept.
@@ -117,6 +168,10 @@ XFAIL_EXHAUSTIVE: dict[str, str] = {
     'linalg.svd': 'sample 40: AssertionError: output[0]: Tensor-likes are not close!',
 }
 
+XFAIL_EAGER: dict[str, str] = {}
+
+XFAIL_FUSED: dict[str, str] = {}
+
 XFAIL_GRAD: dict[str, str] = {
     'sparse.sampled_addmm': "NotImplementedError: Could not run 'aten::sparse_sampled_addmm' with arguments from the 'SparseCs...",
     'sparse.mm.reduce': "NotImplementedError: Could not run 'aten::_sparse_mm_reduce_impl' with arguments from the 'Sparse...",
@@ -145,16 +200,90 @@ XFAIL_GRAD_EXHAUSTIVE: dict[str, str] = {
     'linalg.slogdet': 'sample 2: AssertionError: gradient 0: Tensor-likes are not close!',
     'linalg.svd': 'sample 208: AssertionError: gradient 0: Tensor-likes are not close!',
 }
+
+XFAIL_GRAD_EAGER: dict[str, str] = {}
+
+XFAIL_GRAD_FUSED: dict[str, str] = {}
 # fmt: on
 # --- END GENERATED ---
 
-COUNTS = {
-    "skip": len(SKIP),
-    "shape_only": len(SHAPE_ONLY),
-    "xfail": len(XFAIL),
-    "xfail_exhaustive": len(XFAIL_EXHAUSTIVE),
-    "grad_tolerances": len(GRAD_TOLERANCES),
-    "xfail_variants": len(XFAIL_VARIANTS),
-    "xfail_grad": len(XFAIL_GRAD),
-    "xfail_grad_exhaustive": len(XFAIL_GRAD_EXHAUSTIVE),
+_OP_TABLES = {
+    # test: (both modes, {mode: that mode only}, later samples only)
+    "test_op": (XFAIL, {"eager": XFAIL_EAGER, "fused": XFAIL_FUSED}, XFAIL_EXHAUSTIVE),
+    "test_grad": (
+        XFAIL_GRAD,
+        {"eager": XFAIL_GRAD_EAGER, "fused": XFAIL_GRAD_FUSED},
+        XFAIL_GRAD_EXHAUSTIVE,
+    ),
+    "test_variants": (
+        XFAIL_VARIANTS,
+        {"eager": XFAIL_VARIANTS_EAGER, "fused": XFAIL_VARIANTS_FUSED},
+        {},
+    ),
 }
+
+
+def op_failure(test: str, key: str, mode: str, exhaustive: bool = False) -> str | None:
+    """Why ``test`` (``"test_op"``, ``"test_grad"`` or ``"test_variants"``) of op ``key``
+    is expected to fail in execution mode ``mode``, on its first samples or, with
+    ``exhaustive``, on all of them; None when it is expected to pass."""
+    both, one_mode, later = _OP_TABLES[test]
+    reason = both.get(key, one_mode[mode].get(key))
+    if reason is None and exhaustive:
+        reason = later.get(key)
+    return reason
+
+
+# --- core ATen (tests/test_core_aten.py) --------------------------------------------------
+
+# test_example_matches_cpu: ``str(overload)`` -> reason. (Its OpInfo test takes XFAIL and
+# XFAIL_FUSED, through op_failure.)
+XFAIL_CORE_EXAMPLES: dict[str, str] = {}
+
+# --- Hugging Face (tests/test_hf_families.py, test_hf_generate.py, test_hf_integration.py)
+
+# tests/test_hf_families.py: family -> reason
+XFAIL_HF_FAMILIES: dict[str, str] = {}
+
+# tests/test_hf_generate.py: greedy case id ("<family>-<cache>-<mode>") -> reason
+XFAIL_HF_GENERATE: dict[str, str] = {
+    "mistral-static-compiled": (
+        "one XLA program per token: the sliding-window static cache keeps its offset as a "
+        "Python int (StaticSlidingWindowLayer.cumulative_length_int, get_mask_sizes' "
+        "kv_offset); Dynamo makes it a symbolic int and torch_pjrt passes symbolic ints that "
+        "are not sizes to the program as static arguments"
+    ),
+}
+
+# tests/test_hf_integration.py: test function name -> reason
+XFAIL_HF_INTEGRATION: dict[str, str] = {}
+
+# --- distributed (tests/test_distributed.py) ----------------------------------------------
+
+# test function name -> reason
+XFAIL_DISTRIBUTED: dict[str, str] = {
+    "test_fsdp2_x_tp_four_processes_compiled": (
+        "PyTorch 2.13: FSDP2 x TP under torch.compile fails with 'Mixing fake modes NYI' in "
+        "AOTAutograd's metadata pass (the embedding's DTensor); the same worker fails the "
+        "same way on the CPU with gloo and backend='aot_eager', so it is not pjrt's"
+    ),
+}
+
+# --- skips --------------------------------------------------------------------------------
+
+# Besides SKIP (random ops), the tests skip only where there is nothing to compare or too
+# few devices, with these reasons:
+
+# an OpInfo op with none of the dtypes the tests compare in (tests/test_ops.py TEST_DTYPES):
+# the float8-only _scaled_mm, and ops with no CPU kernel at all (flash attention)
+SKIP_NO_DTYPE = "no CPU dtype to compare against"
+# an OpInfo op whose samples all raise on the CPU (the CUDA-only jiterator ops): no reference
+SKIP_CPU_REFUSES = "every one of the {total} samples raises on the CPU"
+# likewise nothing to compare: no samples, no gradient or no variant the CPU computes
+SKIP_NO_SAMPLES = "the OpInfo entry has no samples"
+SKIP_NO_GRADIENT = "none of the {total} samples has a gradient the CPU computes"
+SKIP_NO_VARIANT = "the CPU refuses every sample's in-place and out= forms"
+# tests/conftest.py, ``devices(n)`` marker, the one hardware skip: a test platform
+# (TORCH_PJRT_TEST_PLATFORM) with fewer devices than the test needs. Never on the CPU,
+# which always has 2 (a CPU run with fewer fails instead)
+SKIP_TOO_FEW_DEVICES = "needs {wanted} pjrt devices; the {platform} platform has {have}"

@@ -1,18 +1,14 @@
-"""Registering PyTorch's PrivateUse1 backend as ``pjrt``, and the ``torch.pjrt`` module."""
+"""``torch.pjrt`` (:class:`DeviceModule`), and the hooks and device guard PyTorch's
+PrivateUse1 registration takes (``torch_pjrt/_registration.py`` registers them)."""
 
 from __future__ import annotations
 
-import threading
-
 import torch
 
-from torch_pjrt import random as pjrt_random
 from torch_pjrt import runtime
+from torch_pjrt.device import random as pjrt_random
 
-__all__ = ["register"]
-
-_lock = threading.Lock()
-_registered = False
+__all__ = ["DeviceModule"]
 
 
 def _index(device=None) -> int:
@@ -75,8 +71,8 @@ class DeviceModule:
         """Wait for all work queued on the device (every live pjrt array)."""
         import jax
 
-        from torch_pjrt.diagnostics import metrics
         from torch_pjrt.modes import fused
+        from torch_pjrt.runtime import events as metrics
 
         metrics.host_sync()
         fused.flush_all("synchronize")
@@ -189,7 +185,7 @@ class DeviceModule:
     def empty_cache() -> None:
         return None
 
-    from torch_pjrt.streams import (
+    from torch_pjrt.device.streams import (
         Event,
         Stream,
         current_stream,
@@ -229,27 +225,3 @@ class _Hooks(torch._C._acc.PrivateUse1Hooks):
 class _Guard(torch._C._acc.DeviceGuard):
     def type_(self):
         return torch._C._autograd.DeviceType.PrivateUse1
-
-
-def register() -> None:
-    """Register ``pjrt`` as PyTorch's PrivateUse1 backend; idempotent."""
-    global _registered
-    with _lock:
-        if _registered:
-            return
-        if torch._C._get_privateuse1_backend_name() == "pjrt" and hasattr(torch, "pjrt"):
-            _registered = True
-            return
-        from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
-
-        _setup_privateuseone_for_python_backend(
-            "pjrt", backend_module=DeviceModule, hook=_Hooks(), device_guard=_Guard()
-        )
-        from torch_pjrt import _serialization, distributed, ops
-        from torch_pjrt.compile.dynamo import skip_torch_pjrt
-
-        ops.install()
-        _serialization.register()
-        skip_torch_pjrt()
-        distributed.register()  # the torch.distributed "pjrt" backend
-        _registered = True

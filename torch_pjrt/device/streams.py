@@ -27,7 +27,7 @@ __all__ = ["Event", "Stream", "current_stream", "default_stream", "set_stream", 
 
 
 def _device(device=None) -> torch.device:
-    from torch_pjrt import random as pjrt_random
+    from torch_pjrt.device import random as pjrt_random
 
     if device is None:
         return torch.device("pjrt", pjrt_random.current_device())

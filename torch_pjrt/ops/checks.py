@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from torch_pjrt.config import settings
-from torch_pjrt.diagnostics import metrics
+from torch_pjrt.runtime import events as metrics
 
 __all__ = ["NumericsWarning", "after_op"]
 
@@ -72,7 +72,7 @@ def _nonfinite(a) -> tuple[bool, bool]:
 
 
 def _input_values(args, kwargs):
-    from torch_pjrt.tensor import read
+    from torch_pjrt.device.tensor import read
 
     for x in jax.tree_util.tree_leaves((args, kwargs)):
         if isinstance(x, torch.Tensor):
@@ -100,12 +100,12 @@ def _check_nan(op, args, kwargs, leaves) -> None:
 
 
 def _cpu_copy(t: torch.Tensor) -> torch.Tensor:
+    from torch_pjrt.device.tensor import argument
     from torch_pjrt.runtime.transfer import from_numpy
-    from torch_pjrt.tensor import read
 
     if t.device.type != "pjrt":
         return t
-    return from_numpy(np.array(read(t)), t.dtype)  # (not counted as a user's host read)
+    return from_numpy(np.array(argument(t)), t.dtype)  # (not counted as a user's host read)
 
 
 def _to_cpu(x):

@@ -24,6 +24,8 @@ from __future__ import annotations
 import logging
 import os
 
+from torch_pjrt.config import settings
+
 log = logging.getLogger("torch_pjrt")
 
 __all__ = ["coordinator_address", "init_jax_from_env", "jax_timeouts", "torchrun_env"]
@@ -53,8 +55,8 @@ def torchrun_env() -> dict | None:
 
 def coordinator_address(env: dict) -> str:
     """Where JAX's coordination service listens: MASTER_ADDR, port MASTER_PORT + 1."""
-    port = os.environ.get("TORCH_PJRT_COORDINATOR_PORT")
-    port = int(port) if port else env["master_port"] + 1
+    port = settings.coordinator_port  # TORCH_PJRT_COORDINATOR_PORT
+    port = port if port is not None else env["master_port"] + 1
     host = env["master_addr"]
     if ":" in host and not host.startswith("["):  # an IPv6 address
         host = f"[{host}]"
@@ -113,17 +115,12 @@ def jax_timeouts() -> dict:
     """``jax.distributed.initialize``'s timeout arguments (whole seconds) from
     ``TORCH_PJRT_INIT_TIMEOUT`` and ``TORCH_PJRT_HEARTBEAT_TIMEOUT``, where set."""
     out = {}
-    for var, arg in (
-        ("TORCH_PJRT_INIT_TIMEOUT", "initialization_timeout"),
-        ("TORCH_PJRT_HEARTBEAT_TIMEOUT", "heartbeat_timeout_seconds"),
+    for seconds, arg in (
+        (settings.init_timeout, "initialization_timeout"),
+        (settings.heartbeat_timeout, "heartbeat_timeout_seconds"),
     ):
-        value = os.environ.get(var, "").strip()
-        if not value:
-            continue
-        try:
-            out[arg] = max(1, round(float(value)))
-        except ValueError:
-            raise ValueError(f"{var} must be a number of seconds, got {value!r}") from None
+        if seconds is not None:
+            out[arg] = max(1, round(seconds))
     return out
 
 
@@ -135,7 +132,7 @@ def init_jax_from_env(platform: str | None = None) -> bool:
     (a user who called ``jax.distributed.initialize`` themselves keeps their settings).
     Returns whether this call initialized it.
     """
-    if os.environ.get("TORCH_PJRT_DISTRIBUTED", "1").strip().lower() in ("0", "false", "off"):
+    if not settings.distributed:  # TORCH_PJRT_DISTRIBUTED
         return False
     env = torchrun_env()
     if env is None:

@@ -18,13 +18,13 @@ _LOCATION = re.compile(r"^pjrt(?::(\d+))?$")
 
 def storage_on_device(storage, index: int):
     """A new pjrt storage on ``pjrt:index`` holding the bytes of a CPU storage."""
-    from torch_pjrt.tensor import cell_of, new_tensor
+    from torch_pjrt.device.tensor import cell_of, new_tensor
 
     device = runtime.device(index)
     host = torch.empty(0, dtype=torch.uint8).set_(storage)
     t = new_tensor((host.numel(),), torch.uint8, index)
     if host.numel():
-        cell_of(t).array = runtime.from_host(host, device)
+        cell_of(t).own(runtime.from_host(host, device))  # (a new array)
     return t.untyped_storage()
 
 
@@ -32,7 +32,7 @@ def _restore(obj, location: str):
     match = _LOCATION.match(location)
     if match is None:
         return None
-    from torch_pjrt import random as pjrt_random
+    from torch_pjrt.device import random as pjrt_random
 
     index = int(match.group(1)) if match.group(1) else pjrt_random.current_device()
     return storage_on_device(obj.untyped() if hasattr(obj, "untyped") else obj, index)
@@ -41,7 +41,7 @@ def _restore(obj, location: str):
 def _storage_to_pjrt(self, device=None, non_blocking=False):
     """``storage.pjrt()``: PyTorch's generated version allocates through a C++ allocator
     that a Python backend cannot register (it crashes), so storages move via the host."""
-    from torch_pjrt import random as pjrt_random
+    from torch_pjrt.device import random as pjrt_random
 
     if device is None:
         index = pjrt_random.current_device()
@@ -63,10 +63,11 @@ def _storage_to_pjrt(self, device=None, non_blocking=False):
 
 def _clone_storage(storage):
     """A new pjrt storage with the same bytes (JAX arrays are immutable: it shares the
-    array until either storage is written)."""
-    from torch_pjrt.tensor import _ATTR, Cell, _handle, cell_of
+    array until either storage is written, so neither owns it: tensor.Cell)."""
+    from torch_pjrt.device.tensor import _ATTR, Cell, _handle, cell_of
 
     src = cell_of(torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage))
+    src.give_up()
     nbytes = storage.nbytes()
     t = _handle(src.index, (nbytes,), (1,), torch.uint8, nbytes)
     setattr(t.untyped_storage(), _ATTR, Cell(src.size, src.dtype, src.index, src.array))

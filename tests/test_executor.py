@@ -1,0 +1,332 @@
+"""The one executor (torch_pjrt/runtime/executor.py): each program compiles once.
+
+Every mode's programs run through ``executor.Program``, which counts a compilation each
+time jit traces. A new op on new shapes compiles exactly once in eager and debug mode
+(whichever of the kernel's two call paths runs it first, and with its scalars at their
+schema defaults or not), once per recording in fused mode, once per graph compiled.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+import torch_pjrt
+from torch_pjrt import metrics
+
+# shapes no other test uses: a program already built elsewhere would hide a compilation
+_sizes = itertools.count(41)
+
+
+def _fresh_shape():
+    return (3, next(_sizes))
+
+
+# (label, function of two tensors): defaulted scalars (add's alpha), scalars given
+# positionally or by keyword, Python numbers in tensor positions, static arguments
+OPS = [
+    ("add", lambda a, b: a + b),
+    ("add alpha=1 by keyword", lambda a, b: torch.add(a, b, alpha=1)),
+    ("add alpha=2", lambda a, b: torch.add(a, b, alpha=2)),
+    ("sub alpha=0.5", lambda a, b: torch.sub(a, b, alpha=0.5)),
+    ("mul by a number", lambda a, b: a * 2.5),
+    ("addcmul value default", lambda a, b: torch.addcmul(a, a, b)),
+    ("addcmul value=0.5", lambda a, b: torch.addcmul(a, a, b, value=0.5)),
+    ("clamp min", lambda a, b: a.clamp(min=0.0)),
+    ("sum dim", lambda a, b: a.sum(dim=1)),
+    ("sum keepdim", lambda a, b: torch.sum(a, 1, keepdim=True)),
+    ("where", lambda a, b: torch.where(a > 0, a, b)),
+]
+
+
+def _compilations(scope: str) -> int:
+    return metrics.as_dict().get(f"{scope}_compilations", 0)
+
+
+@pytest.mark.parametrize("mode", ["eager", "debug"])
+@pytest.mark.parametrize("label, fn", OPS, ids=[o[0] for o in OPS])
+def test_a_new_op_compiles_once_per_op(mode, label, fn):
+    shape = _fresh_shape()
+    a, b = torch.randn(shape), torch.randn(shape)
+    pa, pb = a.to("pjrt"), b.to("pjrt")
+    expected = fn(a, b)
+    with torch_pjrt.mode(mode):
+        metrics.reset()
+        first = fn(pa, pb)
+        torch.testing.assert_close(first.cpu(), expected)
+        compiled = metrics.as_dict().get("eager_compile_causes", {})
+        n_ops = len(metrics.as_dict()["ops"])
+        assert _compilations("eager") == n_ops, compiled  # one per op, none twice
+        metrics.reset()
+        for _ in range(3):
+            torch.testing.assert_close(fn(pa, pb).cpu(), expected)
+        assert _compilations("eager") == 0, metrics.as_dict().get("eager_compile_causes")
+
+
+def test_the_two_eager_paths_share_programs():
+    """A keyword call takes the general path and a positional one the fast path: the
+    program either builds serves the other."""
+    shape = _fresh_shape()
+    pa, pb = torch.randn(shape, device="pjrt"), torch.randn(shape, device="pjrt")
+    with torch_pjrt.mode("eager"):
+        metrics.reset()
+        torch.add(pa, pb, alpha=1)  # general path (keyword): builds the program
+        torch.add(pa, pb)  # fast path, alpha at its default: the same program
+        torch.ops.aten.add.Tensor(pa, pb, alpha=1)
+        assert _compilations("eager") == 1, metrics.as_dict()["eager_compile_causes"]
+
+
+@pytest.mark.parametrize("label, fn", OPS, ids=[o[0] for o in OPS])
+def test_a_recording_compiles_once(label, fn):
+    shape = _fresh_shape()
+    a, b = torch.randn(shape), torch.randn(shape)
+    pa, pb = a.to("pjrt"), b.to("pjrt")
+    expected = fn(a, b)
+    with torch_pjrt.mode("fused"):
+        torch.pjrt.synchronize()
+        metrics.reset()
+        for step in range(3):
+            out = fn(pa, pb)
+            torch.testing.assert_close(out.cpu(), expected)  # the host read flushes
+            d = metrics.as_dict()
+            assert d.get("eager_compilations", 0) == 0, d.get("eager_compile_causes")
+            assert _compilations("fused") == 1, d.get("fused_compile_causes")
+            assert d["fused_flushes"] == step + 1
+
+
+@pytest.mark.parametrize("label, fn", OPS, ids=[o[0] for o in OPS])
+def test_a_compiled_graph_compiles_once(label, fn):
+    shape = _fresh_shape()
+    a, b = torch.randn(shape), torch.randn(shape)
+    pa, pb = a.to("pjrt"), b.to("pjrt")
+    compiled = torch.compile(fn, backend="pjrt", fullgraph=True)
+    torch.pjrt.synchronize()
+    metrics.reset()
+    for _ in range(3):
+        torch.testing.assert_close(compiled(pa, pb).cpu(), fn(a, b))
+    d = metrics.as_dict()
+    assert _compilations("graph") == 1, d.get("graph_compile_causes")
+    assert _compilations("eager") == 0, d.get("eager_compile_causes")
+    assert _compilations("fused") == 0, d.get("fused_compile_causes")
+
+
+def test_a_dumped_graph_compiles_once(tmp_path):
+    """Writing a graph's StableHLO lowers it first; the call that follows compiles it
+    (counted once) without tracing again."""
+    shape = _fresh_shape()
+    a = torch.randn(shape)
+    fn = torch.compile(lambda x: (x * 2).sin(), backend="pjrt", fullgraph=True)
+    torch_pjrt.compile.dump_graphs(tmp_path)
+    try:
+        metrics.reset()
+        for _ in range(2):
+            torch.testing.assert_close(fn(a.to("pjrt")).cpu(), (a * 2).sin())
+    finally:
+        torch_pjrt.compile.dump_graphs(None)
+    assert _compilations("graph") == 1, metrics.as_dict().get("graph_compile_causes")
+    assert list(tmp_path.glob("*.stablehlo.mlir"))
+
+
+# --- one error contract ---------------------------------------------------------------
+
+
+def _hermitian():
+    a = torch.randn(4, 4, dtype=torch.complex64, generator=torch.Generator().manual_seed(0))
+    return a @ a.mH + 4 * torch.eye(4)
+
+
+@pytest.mark.parametrize("mode", ["eager", "fused", "debug"])
+def test_a_declined_lowering_falls_back(mode):
+    """ldl_factor's lowering declines a complex Hermitian input: the op takes the
+    fallback road (the CPU, counted), as an op with no lowering does."""
+    a = _hermitian()
+    expected = torch.linalg.ldl_factor(a, hermitian=True)
+    with torch_pjrt.mode(mode):
+        metrics.reset()
+        with pytest.warns(UserWarning, match="not lowered for hermitian=True on complex"):
+            torch_pjrt.ops.fallback._warned.discard("aten.linalg_ldl_factor_ex.default")
+            out = torch.linalg.ldl_factor(a.to("pjrt"), hermitian=True)
+        for x, y in zip(out, expected):
+            torch.testing.assert_close(x.cpu(), y)
+        assert metrics.as_dict()["fallbacks"] == {"aten.linalg_ldl_factor_ex.default": 1}
+
+
+def test_a_declined_lowering_in_a_graph_runs_the_graph_eagerly():
+    a = _hermitian()
+    fn = torch.compile(lambda x: torch.linalg.ldl_factor(x, hermitian=True)[0], backend="pjrt")
+    metrics.reset()
+    expected = torch.linalg.ldl_factor(a, hermitian=True)[0]
+    torch.testing.assert_close(fn(a.to("pjrt")).cpu(), expected)
+    d = metrics.as_dict()
+    assert d["fallbacks"] == {"aten.linalg_ldl_factor_ex.default": 1}
+    assert any("hermitian=True on complex input" in k for k in d["graph_declined"])
+
+
+def test_a_declined_lowering_is_an_error_where_fallback_is():
+    with torch_pjrt.config(fallback="error"):
+        with pytest.raises(torch_pjrt.LoweringMissing) as info:
+            torch.linalg.ldl_factor(_hermitian().to("pjrt"), hermitian=True)
+    message = str(info.value)
+    assert "aten.linalg_ldl_factor_ex.default" in message
+    assert "does not support these arguments (hermitian=True on complex input)" in message
+    assert "schema: aten::linalg_ldl_factor_ex(Tensor self" in message
+    assert isinstance(info.value, NotImplementedError)
+    with torch_pjrt.strict():
+        with pytest.raises(torch_pjrt.StrictModeError, match="linalg_ldl_factor_ex"):
+            torch.linalg.ldl_factor(_hermitian().to("pjrt"), hermitian=True)
+
+
+@pytest.mark.parametrize("mode", ["eager", "fused"])
+def test_a_failing_lowering_names_op_schema_and_line(mode):
+    from torch_pjrt.ops import registry
+
+    def lowering(self, other, alpha=1):
+        raise TypeError("a lowering bug")
+
+    kernel = registry.Kernel(torch.ops.aten.add.Tensor, registry.Lowering(lowering))
+    x = torch.ones(2, device="pjrt")
+    with torch_pjrt.mode(mode), pytest.raises(RuntimeError) as info:
+        kernel(x, x)
+    message = str(info.value)
+    assert "the lowering of aten.add.Tensor failed at" in message
+    assert f"{__file__}:" in message  # the user's line: this test
+    assert "schema: aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1)" in message
+    assert "a lowering bug" in message
+
+
+# --- donation by ownership of storage cells ---------------------------------------------
+
+
+def test_a_fused_step_donates_what_its_cells_let_go():
+    """A parameter updated in place: its old array is owned by its cell alone until the
+    update, so each step's program reuses the buffer (a host copy of the tensor, made
+    before, takes nothing away)."""
+    p, q = torch.randn(64).to("pjrt"), torch.randn(64).to("pjrt")
+    p_cpu, q_cpu = p.cpu(), q.cpu()
+    with torch_pjrt.mode("fused"):
+        torch.pjrt.synchronize()
+        metrics.reset()
+        for _ in range(3):
+            p.mul_(0.5).add_(q)
+            p_cpu.mul_(0.5).add_(q_cpu)
+            torch.pjrt.synchronize()
+        assert metrics.as_dict()["fused_donated_buffers"] == 3
+    assert torch.equal(p.cpu(), p_cpu) and torch.equal(q.cpu(), q_cpu)
+
+
+@pytest.mark.parametrize("share", ["copy_", "to(copy=True)"])
+def test_a_same_device_copy_is_its_own_array(share):
+    """A same-device copy makes a new array (as CUDA copies memory): the source keeps
+    owning its array, whose buffer an in-place update of the source may then reuse,
+    and the copy is untouched by it."""
+    a_cpu = torch.randn(64)
+    with torch_pjrt.mode("fused"):
+        a = a_cpu.to("pjrt") * 1.0
+        torch.pjrt.synchronize()
+        if share == "copy_":
+            b = torch.empty(64, device="pjrt")
+            b.copy_(a)
+        else:
+            b = a.to("pjrt", copy=True)
+        torch.pjrt.synchronize()
+        metrics.reset()
+        a.add_(1)
+        torch.pjrt.synchronize()
+        assert metrics.as_dict().get("fused_donated_buffers", 0) == 1
+        torch.testing.assert_close(b.cpu(), a_cpu)
+        torch.testing.assert_close(a.cpu(), a_cpu + 1)
+
+
+def test_an_array_read_out_is_never_donated():
+    """Code that keeps a storage's array (tensor.read) takes the ownership away: an
+    in-place update then leaves the kept array alive."""
+    from torch_pjrt.device.tensor import read
+
+    with torch_pjrt.mode("fused"):
+        a = torch.randn(64).to("pjrt") * 1.0
+        torch.pjrt.synchronize()
+        kept = read(a)
+        before = kept.copy()
+        metrics.reset()
+        a.add_(1)
+        torch.pjrt.synchronize()
+        assert metrics.as_dict().get("fused_donated_buffers", 0) == 0
+        assert not kept.is_deleted() and bool((kept == before).all())
+
+
+def test_a_deep_copy_shares_an_array_neither_storage_donates():
+    """copy.deepcopy clones storages by sharing the immutable array: both storages then
+    hold it, so an in-place update of either leaves the other intact."""
+    import copy
+
+    a_cpu = torch.randn(64)
+    with torch_pjrt.mode("fused"):
+        a = a_cpu.to("pjrt") * 1.0
+        b = copy.deepcopy(a)
+        torch.pjrt.synchronize()
+        metrics.reset()
+        a.add_(1)
+        torch.pjrt.synchronize()
+        assert metrics.as_dict().get("fused_donated_buffers", 0) == 0
+        torch.testing.assert_close(b.cpu(), a_cpu)
+        torch.testing.assert_close(a.cpu(), a_cpu + 1)
+
+
+def test_a_compiled_step_donates_owned_parameters():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 8)
+    reference = torch.nn.Linear(8, 8)
+    reference.load_state_dict(model.state_dict())
+    model.to("pjrt")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+
+    def step(m, o, x):
+        loss = m(x).square().sum()
+        loss.backward()
+        o.step()
+        o.zero_grad()
+        return loss
+
+    compiled = torch.compile(step, backend="pjrt")
+    x = torch.randn(4, 8)
+    metrics.reset()
+    for _ in range(3):
+        loss = compiled(model, opt, x.to("pjrt"))
+        torch.testing.assert_close(loss.cpu(), step(reference, ref_opt, x))
+    assert metrics.as_dict().get("graph_donated_buffers", 0) >= 2 * 2  # weight, bias
+    torch.testing.assert_close(model.weight.cpu(), reference.weight)
+
+
+# --- placement -----------------------------------------------------------------------
+
+# ops whose programs read no input array (fill_ reads only self's shape): jit would
+# drop the unused inputs and run them on JAX's default device, pjrt:0
+MAKERS = [
+    ("full", lambda: torch.full((2, 3), 3.0, device="pjrt:1")),
+    ("zeros + 1", lambda: torch.zeros(2, device="pjrt:1") + 1),
+    ("fill_", lambda: torch.empty(3, device="pjrt:1").fill_(2.0)),
+    ("arange", lambda: torch.arange(5, device="pjrt:1")),
+    ("eye", lambda: torch.eye(3, device="pjrt:1")),
+    ("rand", lambda: torch.rand(3, device="pjrt:1")),
+    ("ones_like, compiled", lambda: _ones_like(torch.zeros(4, device="pjrt:1"))),
+]
+
+
+def _ones_like(x):
+    return torch.compile(lambda a: torch.ones_like(a) * 2, backend="pjrt")(x)
+
+
+@pytest.mark.devices(2)
+@pytest.mark.parametrize("mode", ["eager", "fused", "debug"])
+@pytest.mark.parametrize("label, make", MAKERS, ids=[m[0] for m in MAKERS])
+def test_results_live_on_their_tensors_device(mode, label, make):
+    from torch_pjrt import runtime
+    from torch_pjrt.device.tensor import cell_of
+
+    with torch_pjrt.mode(mode):
+        t = make()
+        assert t.device == torch.device("pjrt:1")
+        assert cell_of(t).array.devices() == {runtime.device(1)}

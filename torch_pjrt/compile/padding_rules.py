@@ -1,0 +1,527 @@
+"""How each op treats padding in a graph traced on values padded to buckets (``buckets.py``
+explains the scheme): ``PaddedTrace`` evaluates a graph's nodes and tracks, beside each
+value, where its padding is; a rule per op family says how padding propagates or what
+it is filled with, and an op with no rule raises ``NotBucketable``."""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import torch
+import torch.fx
+from torch._ops import OpOverload
+
+from torch_pjrt.compile.buckets import (
+    NotBucketable,
+    Sym,
+    _any_tagged,
+    _fill,
+    _regroup,
+    _tagged,
+    _true_count,
+    _untagged,
+)
+
+# --- rules: how an op treats padding ----------------------------------------------------
+
+
+def _wrap(d, ndim):
+    return d % ndim if ndim and d < 0 else d
+
+
+def _broadcast(facs, shape):
+    """Pointwise ops: each output dim takes the tagged factors of its inputs."""
+    ndim = len(shape)
+    out = []
+    for d in range(ndim):
+        found = None
+        for f in facs:
+            if f is None:
+                continue
+            k = d - (ndim - len(f))
+            if k < 0 or not _tagged(f[k]):
+                continue
+            if found is not None and found != f[k]:
+                raise NotBucketable("operands padded differently")
+            found = f[k]
+        out.append(found if found is not None else ((shape[d], None),))
+    return tuple(out)
+
+
+def _reduce_dims(node, args, ndim):
+    dims = args[1] if len(args) > 1 else node.kwargs.get("dim")
+    if dims is None or dims == []:
+        return list(range(ndim))
+    dims = [dims] if isinstance(dims, int) else dims
+    return [_wrap(d, ndim) for d in dims]
+
+
+_IDENTITY = {
+    "sum": 0,
+    "mean": 0,
+    "amax": -math.inf,
+    "amin": math.inf,
+    "max": -math.inf,
+    "min": math.inf,
+    "argmax": -math.inf,
+    "argmin": math.inf,
+    "all": True,
+    "any": False,
+    "prod": 1,
+    "logsumexp": -math.inf,
+}
+
+_POSITIONAL = {"tril", "triu", "clone", "alias", "detach", "lift_fresh_copy", "_to_copy"}
+_POINTWISE_EXTRA = {"where", "masked_fill", "copy"}
+
+
+def _name(op: OpOverload) -> str:
+    return op._schema.name.split("::")[1]
+
+
+class PaddedTrace:
+    """Evaluates one graph on padded values (see the module docstring)."""
+
+    def __init__(self, program, lengths):
+        self.program = program
+        self.lengths = lengths
+        self.fac: dict = {}
+
+    def run_node(self, n, call, args, kwargs, raw_args, key):
+        """The value of node n and its factors."""
+        op = n.target
+        name = _name(op)
+        tensor_facs = [self.fac.get(a) for a in _flat_nodes(n.args, n.kwargs) if a in self.fac]
+        padded = any(_any_tagged(f) for f in tensor_facs)
+        syms = [a for a in _flat(raw_args) if isinstance(a, Sym)]
+        if not padded and not syms:
+            result = call(args, kwargs, key)
+            return result, _facs_of_result(result)
+        if syms:
+            _check_sizes_only(op, raw_args)
+        rule = _RULES.get(name)
+        if rule is None:
+            if torch.Tag.pointwise in op.tags or name in _POINTWISE_EXTRA:
+                rule = _pointwise
+            elif name in _POSITIONAL:
+                rule = _same
+            else:
+                raise NotBucketable(str(op))
+        return rule(self, n, call, args, kwargs, raw_args, key)
+
+    def f(self, node_arg, value):
+        """Factors of an argument (an FX node or a constant)."""
+        if isinstance(node_arg, torch.fx.Node):
+            return self.fac.get(node_arg, _untagged(getattr(value, "shape", ())))
+        return _untagged(getattr(value, "shape", ()))
+
+
+def _check_sizes_only(op: OpOverload, raw_args) -> None:
+    """A padded size may only be used as a size: as a value (a fill value, a divisor)
+    its padded value would be wrong."""
+    schema = op._schema.arguments
+    for a, value in zip(schema, raw_args):
+        if not any(isinstance(v, Sym) for v in _flat(value)):
+            continue
+        kind = str(a.type)  # SymInt and SymInt[] print as int and List[int]
+        if "int" in kind and not any(w in kind for w in ("number", "float", "Scalar")):
+            continue
+        if _name(op) == "arange":  # its Scalar bounds are its size (the arange rule)
+            continue
+        raise NotBucketable(f"a dynamic size used as a value by {op}")
+
+
+def _flat(x):
+    if isinstance(x, (list, tuple)):
+        for v in x:
+            yield from _flat(v)
+    elif isinstance(x, dict):
+        for v in x.values():
+            yield from _flat(v)
+    else:
+        yield x
+
+
+def _flat_nodes(args, kwargs):
+    return [a for a in _flat((args, kwargs)) if isinstance(a, torch.fx.Node)]
+
+
+def _facs_of_result(result):
+    if isinstance(result, (list, tuple)):
+        return type(result)(_facs_of_result(r) for r in result)
+    if hasattr(result, "shape"):
+        return _untagged(result.shape)
+    return None
+
+
+def _pointwise(t, n, call, args, kwargs, raw, key):
+    result = call(args, kwargs, key)
+    facs = [t.f(a, v) for a, v in zip(n.args, args) if hasattr(v, "shape")]
+    facs += [t.f(n.kwargs[k], kwargs[k]) for k in n.kwargs if hasattr(kwargs[k], "shape")]
+    if isinstance(result, (list, tuple)):  # frexp: several outputs of one shape
+        return result, type(result)(_broadcast(facs, r.shape) for r in result)
+    return result, _broadcast(facs, result.shape)
+
+
+def _same(t, n, call, args, kwargs, raw, key):
+    result = call(args, kwargs, key)
+    return result, t.f(n.args[0], args[0])
+
+
+def _view(t, n, call, args, kwargs, raw, key):
+    result = call(args, kwargs, key)
+    return result, _regroup(t.f(n.args[0], args[0]), result.shape)
+
+
+def _permute(t, n, call, args, kwargs, raw, key):
+    result = call(args, kwargs, key)
+    f = t.f(n.args[0], args[0])
+    name = _name(n.target)
+    ndim = len(f)
+    if name == "t":
+        order = list(range(ndim))[::-1]
+    elif name == "transpose":
+        order = list(range(ndim))
+        a, b = _wrap(args[1], ndim), _wrap(args[2], ndim)
+        order[a], order[b] = order[b], order[a]
+    else:
+        order = [_wrap(d, ndim) for d in args[1]]
+    return result, tuple(f[d] for d in order)
+
+
+def _expand(t, n, call, args, kwargs, raw, key):
+    result = call(args, kwargs, key)
+    f = t.f(n.args[0], args[0])
+    sizes = raw[1]
+    lead = len(sizes) - len(f)
+    out = []
+    for d, s in enumerate(sizes):
+        if d >= lead and (f[d - lead][0][0] != 1 or len(f[d - lead]) > 1):
+            out.append(f[d - lead])
+        elif isinstance(s, Sym):
+            if s.factors is None:
+                raise NotBucketable("expand to a computed size")
+            out.append(s.factors)
+        else:
+            out.append(((result.shape[d], None),))
+    return result, tuple(out)
+
+
+def _unsqueeze(t, n, call, args, kwargs, raw, key):
+    result = call(args, kwargs, key)
+    f = list(t.f(n.args[0], args[0]))
+    f.insert(_wrap(args[1], len(f) + 1), ((1, None),))
+    return result, tuple(f)
+
+
+def _squeeze(t, n, call, args, kwargs, raw, key):
+    result = call(args, kwargs, key)
+    f = t.f(n.args[0], args[0])
+    kept = [d for d in f if not (len(d) == 1 and d[0][0] == 1)] if len(result.shape) < len(f) else f
+    if len(kept) != len(result.shape):
+        kept = _regroup(f, result.shape)
+    return result, tuple(kept)
+
+
+def _on_untagged_dim(t, n, call, args, kwargs, raw, key):
+    """Ops that work along one dimension (split, select, cat...): it must not be padded."""
+    result = call(args, kwargs, key)
+    first = args[0][0] if isinstance(args[0], (list, tuple)) else args[0]
+    first_node = n.args[0][0] if isinstance(n.args[0], (list, tuple)) else n.args[0]
+    f = t.f(first_node, first)
+    name = _name(n.target)
+    dim = args[1] if len(args) > 1 and isinstance(args[1], int) else kwargs.get("dim", 0)
+    if name in ("split", "split_with_sizes", "slice", "narrow"):
+        dim = args[2] if len(args) > 2 else kwargs.get("dim", 0)
+        if name in ("slice", "narrow"):
+            dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+    dim = _wrap(dim, len(f))
+    if name == "slice" and not _tagged(f[dim]):
+        # x[:, :n] with a symbolic n (a buffer of positions cut to the sequence length)
+        start, end = (list(raw[2:4]) + [None, None])[:2]
+        step = raw[4] if len(raw) > 4 else 1
+        if isinstance(end, Sym) and start in (0, None) and step == 1:
+            if end.factors is None or result.shape[dim] != end.padded:
+                raise NotBucketable("slice to a symbolic size past the end")
+            return result, f[:dim] + (end.factors,) + f[dim + 1 :]
+    if name == "slice" and result.shape[dim] == first.shape[dim] and (len(raw) < 5 or raw[4] == 1):
+        return result, f  # a full slice (x[:, 0:], logits_to_keep=0): nothing changes
+    if _tagged(f[dim]) and len(f[dim]) == 1:
+        # the first elements of a padded dimension are always valid: Dynamo keeps 0
+        # and 1 static, so a symbolic size is at least 2
+        start = raw[2] if name == "slice" and len(raw) > 2 else None
+        end = raw[3] if name == "slice" and len(raw) > 3 else None
+        step = raw[4] if name == "slice" and len(raw) > 4 else 1
+        if (
+            name == "slice"
+            and start in (0, None)
+            and step == 1
+            and isinstance(end, int)
+            and (end <= 2)
+        ):
+            return result, f[:dim] + (((result.shape[dim], None),),) + f[dim + 1 :]
+        if name == "select" and isinstance(raw[2], int) and 0 <= raw[2] < 2:
+            return result, f[:dim] + f[dim + 1 :]
+    if _tagged(f[dim]):
+        raise NotBucketable(f"{name} along a padded dimension")
+    if name == "cat":
+        facs = [t.f(a, v) for a, v in zip(n.args[0], args[0])]
+        if any(len(g) > dim and _tagged(g[dim]) for g in facs):
+            nonempty = [g for g, v in zip(facs, args[0]) if v.ndim > dim and v.shape[dim]]
+            if len(nonempty) != 1:
+                raise NotBucketable("cat along a padded dimension")
+            # an empty cache then the new keys: the result is the one padded piece
+            return result, _broadcast([nonempty[0]], result.shape)
+        shape = result.shape
+        out = _broadcast(
+            [
+                tuple(x if i != dim else ((shape[dim], None),) for i, x in enumerate(g))
+                for g in facs
+            ],
+            shape,
+        )
+        return result, out
+    if name == "select":
+        return result, f[:dim] + f[dim + 1 :]
+    if name == "unbind":
+        return result, type(result)(f[:dim] + f[dim + 1 :] for _ in result)
+    pieces = result if isinstance(result, (list, tuple)) else [result]
+    out = [f[:dim] + (((p.shape[dim], None),),) + f[dim + 1 :] for p in pieces]
+    return result, (type(result)(out) if isinstance(result, (list, tuple)) else out[0])
+
+
+def _reduction(t, n, call, args, kwargs, raw, key):
+    f = t.f(n.args[0], args[0])
+    name = _name(n.target)
+    dims = _reduce_dims(n, args, len(f))
+    keepdim = bool(args[2] if len(args) > 2 else kwargs.get("keepdim", False))
+    if name in ("argmax", "argmin", "max", "min") and not isinstance(
+        args[1] if len(args) > 1 else kwargs.get("dim"), int
+    ):
+        raise NotBucketable(f"{name} over every element")
+    if any(_tagged(f[d]) for d in dims):
+        x = _fill(args[0], f, t.lengths, _IDENTITY[name])
+        args = (x,) + tuple(args[1:])
+    result = call(args, kwargs, key)
+    if name == "mean" and any(_tagged(f[d]) for d in dims):
+        total = math.prod(args[0].shape[d] for d in dims)
+        result = result * (total / _true_count(f, dims, t.lengths)).astype(result.dtype)
+    kept = tuple(((1, None),) if d in dims else f[d] for d in range(len(f)))
+    if not keepdim:
+        kept = tuple(x for d, x in enumerate(kept) if d not in dims)
+    if isinstance(result, (list, tuple)):
+        return result, type(result)(kept for _ in result)
+    return result, kept
+
+
+def _softmax(t, n, call, args, kwargs, raw, key):
+    f = t.f(n.args[0], args[0])
+    dim = _wrap(args[1], len(f))
+    if _tagged(f[dim]):
+        args = (_fill(args[0], f, t.lengths, -math.inf),) + tuple(args[1:])
+    return call(args, kwargs, key), f
+
+
+def _matmul(t, n, call, args, kwargs, raw, key):
+    name = _name(n.target)
+    a_pos, b_pos = (1, 2) if name in ("addmm", "baddbmm") else (0, 1)
+    fa, fb = t.f(n.args[a_pos], args[a_pos]), t.f(n.args[b_pos], args[b_pos])
+    if _tagged(fa[-1]) or _tagged(fb[-2]):
+        if fa[-1] != fb[-2]:
+            raise NotBucketable("a product of differently padded operands")
+        args = list(args)
+        args[a_pos] = _fill(args[a_pos], fa, t.lengths, 0)
+        args[b_pos] = _fill(args[b_pos], fb, t.lengths, 0)
+        args = tuple(args)
+    result = call(args, kwargs, key)
+    batch = _broadcast([fa[:-2], fb[:-2]], result.shape[:-2]) if result.ndim > 2 else ()
+    out = batch + (fa[-2], fb[-1])
+    if a_pos == 1:
+        out = _broadcast([out, t.f(n.args[0], args[0])], result.shape)
+    return result, out
+
+
+def _layer_norm(t, n, call, args, kwargs, raw, key):
+    f = t.f(n.args[0], args[0])
+    k = len(args[1])
+    if any(_tagged(d) for d in f[-k:]):
+        raise NotBucketable("layer_norm over a padded dimension")
+    out, mean, rstd = call(args, kwargs, key)
+    stats = f[:-k] + (((1, None),),) * k
+    return (out, mean, rstd), (f, stats, stats)
+
+
+def _gather_rows(t, n, call, args, kwargs, raw, key):
+    """embedding / index_select / index with integer indices into an unpadded table."""
+    name = _name(n.target)
+    if name == "embedding":
+        table, idx_node, idx = args[0], n.args[1], args[1]
+        table_node = n.args[0]
+    elif name == "index_select":
+        table, table_node, idx_node, idx = args[0], n.args[0], n.args[2], args[2]
+        if _wrap(args[1], table.ndim) != 0:
+            raise NotBucketable("index_select along an inner dimension")
+    else:  # index.Tensor
+        indices = args[1]
+        if len(indices) != 1 or indices[0] is None:
+            raise NotBucketable("index with several index tensors")
+        table, table_node, idx_node, idx = args[0], n.args[0], n.args[1][0], indices[0]
+    if _any_tagged(t.f(table_node, table)):
+        raise NotBucketable(f"{name} from a padded table")
+    # padded index positions hold any valid index: clamp them to 0
+    fi = t.f(idx_node, idx)
+    safe = _fill(idx, fi, t.lengths, 0)
+    if name == "embedding":
+        args = (args[0], safe) + tuple(args[2:])
+    elif name == "index_select":
+        args = (args[0], args[1], safe)
+    else:
+        args = (args[0], [safe])
+    result = call(args, kwargs, key)
+    rest = _untagged(result.shape[idx.ndim :])
+    return result, tuple(fi) + rest
+
+
+def _factory(t, n, call, args, kwargs, raw, key):
+    """ones/zeros/full/empty/arange with symbolic sizes: tag those dimensions."""
+    result = call(args, kwargs, key)
+    name = _name(n.target)
+    if name == "arange":
+        sizes = [raw[0] if len(raw) == 1 else None]
+        if len(raw) > 1 and not (raw[0] == 0 and len(raw) == 2):
+            raise NotBucketable("arange with a start")
+        sizes = [raw[-1] if len(raw) == 2 else raw[0]]
+    elif name.endswith("_like"):
+        return result, t.f(n.args[0], args[0])
+    else:
+        sizes = raw[0]
+    out = []
+    for d, s in enumerate(sizes):
+        if isinstance(s, Sym):
+            if s.factors is None:
+                raise NotBucketable(f"{name} of a computed size")
+            out.append(s.factors)
+        else:
+            out.append(((result.shape[d], None),))
+    return result, tuple(out)
+
+
+def _nll_target(t, n, args, target_pos, ignore_pos):
+    target, ft = args[target_pos], t.f(n.args[target_pos], args[target_pos])
+    ignore = args[ignore_pos] if len(args) > ignore_pos else -100
+    args = list(args)
+    args[target_pos] = _fill(target, ft, t.lengths, ignore)  # padding is ignored
+    return args, ft
+
+
+def _nll_loss_forward(t, n, call, args, kwargs, raw, key):
+    args, ft = _nll_target(t, n, args, 1, 4)
+    out, total = call(tuple(args), kwargs, key)
+    return (out, total), (ft if out.ndim else (), ())
+
+
+def _nll_loss_backward(t, n, call, args, kwargs, raw, key):
+    args, _ = _nll_target(t, n, args, 2, 5)
+    result = call(tuple(args), kwargs, key)
+    return result, _broadcast([t.f(n.args[1], args[1])], result.shape)
+
+
+def _layer_norm_backward(t, n, call, args, kwargs, raw, key):
+    f = t.f(n.args[1], args[1])
+    k = len(args[2])
+    if any(_tagged(d) for d in f[-k:]):
+        raise NotBucketable("layer_norm over a padded dimension")
+    args = list(args)
+    args[0] = _fill(args[0], t.f(n.args[0], args[0]), t.lengths, 0)
+    args[1] = _fill(args[1], f, t.lengths, 0)
+    grads = call(tuple(args), kwargs, key)
+    facs = tuple(
+        None if g is None else (f if i == 0 else _untagged(g.shape)) for i, g in enumerate(grads)
+    )
+    return grads, facs
+
+
+def _embedding_backward(t, n, call, args, kwargs, raw, key):
+    if args[4]:
+        raise NotBucketable("embedding with scale_grad_by_freq")
+    args = list(args)
+    args[0] = _fill(args[0], t.f(n.args[0], args[0]), t.lengths, 0)
+    args[1] = _fill(args[1], t.f(n.args[1], args[1]), t.lengths, 0)
+    result = call(tuple(args), kwargs, key)
+    return result, _untagged(result.shape)
+
+
+def _softmax_backward(t, n, call, args, kwargs, raw, key):
+    fg = t.f(n.args[0], args[0])
+    fo = t.f(n.args[1], args[1])
+    dim = _wrap(args[2], len(fg))
+    if _tagged(fg[dim]) or _tagged(fo[dim]):
+        log = _name(n.target) == "_log_softmax_backward_data"
+        args = (
+            _fill(args[0], fg, t.lengths, 0),
+            _fill(args[1], fo, t.lengths, -math.inf if log else 0),
+        ) + tuple(args[2:])
+    result = call(args, kwargs, key)
+    return result, _broadcast([fg, fo], result.shape)
+
+
+_RULES = {
+    **{k: _view for k in ("view", "_unsafe_view", "reshape", "_reshape_alias")},
+    **{k: _permute for k in ("t", "transpose", "permute")},
+    "expand": _expand,
+    "unsqueeze": _unsqueeze,
+    "squeeze": _squeeze,
+    **{
+        k: _on_untagged_dim
+        for k in ("split", "split_with_sizes", "select", "slice", "narrow", "cat", "unbind")
+    },
+    **{k: _reduction for k in _IDENTITY},
+    "_softmax": _softmax,
+    "_log_softmax": _softmax,
+    **{k: _matmul for k in ("mm", "bmm", "addmm", "baddbmm")},
+    "native_layer_norm": _layer_norm,
+    "native_layer_norm_backward": _layer_norm_backward,
+    "nll_loss_forward": _nll_loss_forward,
+    "nll_loss_backward": _nll_loss_backward,
+    "embedding_dense_backward": _embedding_backward,
+    "_softmax_backward_data": _softmax_backward,
+    "_log_softmax_backward_data": _softmax_backward,
+    **{k: _gather_rows for k in ("embedding", "index_select", "index")},
+    **{
+        k: _factory
+        for k in (
+            "ones",
+            "zeros",
+            "full",
+            "empty",
+            "arange",
+            "zeros_like",
+            "ones_like",
+            "empty_like",
+            "full_like",
+        )
+    },
+}
+
+_SYM_OPS = {operator.mul, operator.add, operator.sub, operator.floordiv}
+
+
+def sym_op(target, args):
+    """Size arithmetic on symbolic sizes: padded and true values side by side."""
+    if target not in _SYM_OPS:
+        raise NotBucketable(f"size arithmetic {target.__name__}")
+    padded = target(*(a.padded if isinstance(a, Sym) else a for a in args))
+    true = target(*(a.true if isinstance(a, Sym) else a for a in args))
+    factors = None
+    if target is operator.mul:
+        factors = ()
+        for a in args:
+            if isinstance(a, Sym) and a.factors is not None:
+                factors += a.factors
+            elif isinstance(a, int):
+                factors += ((a, None),)
+            else:
+                factors = None
+                break
+    return Sym(padded, true, factors)

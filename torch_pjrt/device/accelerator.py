@@ -1,0 +1,162 @@
+"""``torch.accelerator`` with pjrt as the current accelerator.
+
+PyTorch's ``torch.accelerator`` functions are thin Python over ``torch._C._accelerator_*``,
+which reach the accelerator's C++ device guard, caching allocator and host allocator. A
+backend registered from Python (``torch._C._acc``) has none of them, and PyTorch 2.13
+does not check for that: once the device is initialized (the first pjrt tensor calls
+``torch.pjrt._lazy_init``), ``empty_host_cache()`` calls through a null host allocator
+(SIGSEGV); the memory functions fail an internal assert that asks for a PyTorch bug
+report; ``set_device_index`` is ignored and ``current_device_index`` is always 0 (the
+Python device guard's fixed answers); ``synchronize`` and ``get_device_capability``
+raise that the backend does not support them.
+
+``install()`` wraps those ``torch._C._accelerator_*`` functions (``torch.accelerator``
+looks them up on every call). Each wrapper runs PyTorch's own function unless the
+current accelerator is pjrt, and otherwise does what pjrt can: the device index is
+``torch.pjrt``'s, ``synchronize`` waits through ``torch.pjrt``, there is no cache to
+empty, and the memory statistics raise an error naming the ``torch.pjrt`` function that
+has them.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from torch_pjrt import runtime
+
+__all__ = ["install"]
+
+_PRIVATEUSE1 = int(torch._C._autograd.DeviceType.PrivateUse1.value)
+
+# why the memory functions cannot answer for pjrt
+_NO_ALLOCATOR = (
+    "PyTorch reads it from a C++ caching allocator, which a backend registered from "
+    "Python does not have (pjrt memory is XLA's)"
+)
+
+
+def _on_pjrt() -> bool:
+    accelerator = torch._C._accelerator_getAccelerator()
+    return accelerator is not None and accelerator.type == "pjrt"
+
+
+def _unsupported(what: str, why: str, instead: str) -> NotImplementedError:
+    return NotImplementedError(
+        f"torch.accelerator.{what} is not supported on the pjrt device yet: {why}. {instead}"
+    )
+
+
+def _exchange_device(device_index: int) -> int:
+    previous = torch.pjrt.current_device()
+    torch.pjrt.set_device(device_index)
+    return previous
+
+
+def _set_device_index(device_index: int) -> None:
+    if device_index >= 0:  # as PyTorch: a negative index changes nothing
+        torch.pjrt.set_device(device_index)
+
+
+def _get_stream(device_index: int) -> torch.Stream:
+    runtime.device(device_index)  # raises on an invalid index
+    # one in-order queue per device (docs/device_api.md, streams), id 0 as PyTorch's
+    return torch.Stream(stream_id=0, device_index=device_index, device_type=_PRIVATEUSE1)
+
+
+def _set_stream(stream) -> None:
+    if not isinstance(stream, torch.Stream) or stream.device.type != "pjrt":
+        return _ORIGINALS["_accelerator_setStream"](stream)  # PyTorch's error
+    torch.pjrt.set_device(stream.device_index)  # as PyTorch: the stream's device
+    return None
+
+
+def _synchronize(device_index: int) -> None:
+    if runtime.is_initialized():  # as PyTorch: nothing to wait for before the first use
+        torch.pjrt.synchronize(device_index)
+
+
+def _device_capability(device_index: int) -> dict:
+    from torch_pjrt.runtime.transfer import TORCH_TO_JAX
+
+    runtime.device(device_index)  # raises on an invalid index
+    return {"supported_dtypes": set(TORCH_TO_JAX)}
+
+
+def _no_cache() -> None:
+    """XLA frees a buffer when its last array goes, and pinned host memory is ordinary
+    host memory on pjrt: there is no cache to empty."""
+    return None
+
+
+def _device_stats(device_index: int):
+    raise _unsupported(
+        "memory_stats() (read by memory_allocated(), max_memory_allocated(), "
+        "memory_reserved() and max_memory_reserved())",
+        _NO_ALLOCATOR,
+        "Use the same functions of torch.pjrt instead: torch.pjrt.memory_stats(), "
+        "torch.pjrt.memory_allocated(), ... (docs/device_api.md).",
+    )
+
+
+def _reset_accumulated(device_index: int):
+    raise _unsupported(
+        "reset_accumulated_memory_stats()",
+        "XLA's allocator keeps no accumulated counts to reset",
+        "torch.pjrt.reset_peak_memory_stats() restarts the peak.",
+    )
+
+
+def _reset_peak(device_index: int):
+    raise _unsupported(
+        "reset_peak_memory_stats()",
+        _NO_ALLOCATOR,
+        "Use torch.pjrt.reset_peak_memory_stats() instead.",
+    )
+
+
+def _memory_info(device_index: int):
+    raise _unsupported("get_memory_info()", _NO_ALLOCATOR, "Use torch.pjrt.mem_get_info() instead.")
+
+
+# torch._C function -> what it does with pjrt as the current accelerator
+_ON_PJRT = {
+    "_accelerator_getDeviceIndex": lambda: torch.pjrt.current_device(),
+    "_accelerator_setDeviceIndex": _set_device_index,
+    "_accelerator_exchangeDevice": _exchange_device,
+    "_accelerator_maybeExchangeDevice": _exchange_device,
+    "_accelerator_getStream": _get_stream,
+    "_accelerator_setStream": _set_stream,
+    "_accelerator_synchronizeDevice": _synchronize,
+    "_accelerator_getDeviceCapability": _device_capability,
+    # "initialized" as PyTorch's CUDA allocator: once the device is in use (memory_stats()
+    # is {} and empty_cache() a no-op before, as there)
+    "_accelerator_isAllocatorInitialized": lambda: runtime.is_initialized(),
+    "_accelerator_emptyCache": _no_cache,
+    "_accelerator_emptyHostCache": _no_cache,  # PyTorch's: SIGSEGV (no host allocator)
+    "_accelerator_getDeviceStats": _device_stats,
+    "_accelerator_resetAccumulatedStats": _reset_accumulated,
+    "_accelerator_resetPeakStats": _reset_peak,
+    "_accelerator_getMemoryInfo": _memory_info,
+}
+_ORIGINALS: dict = {}
+
+
+def _wrap(name: str, on_pjrt):
+    original = _ORIGINALS[name] = getattr(torch._C, name)
+
+    @functools.wraps(original)
+    def call(*args, **kwargs):
+        if _on_pjrt():
+            return on_pjrt(*args, **kwargs)
+        return original(*args, **kwargs)
+
+    return call
+
+
+def install() -> None:
+    """Wrap the ``torch._C._accelerator_*`` functions above; idempotent."""
+    for name, on_pjrt in _ON_PJRT.items():
+        if name not in _ORIGINALS and hasattr(torch._C, name):
+            setattr(torch._C, name, _wrap(name, on_pjrt))

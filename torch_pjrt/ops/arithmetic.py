@@ -1,0 +1,327 @@
+"""Arithmetic lowerings: the binary and ternary elementwise ops of numbers (add, div, pow,
+maximum, lerp, addcmul...), ``fill`` and ``zero``."""
+
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+import jax.scipy.special as jsp
+import torch
+from jax import lax
+
+from torch_pjrt.ops._helpers import is_bool, is_float, scalar, unsupported
+from torch_pjrt.ops._promote import KIND, cast, promote, result_type
+from torch_pjrt.ops.registry import lowers
+
+aten = torch.ops.aten
+
+
+# --- arithmetic ---------------------------------------------------------------------
+
+
+@lowers(aten.add.Tensor, aten.add.Scalar)
+@promote(n=2)
+def add(self, other, alpha=1):
+    if not (isinstance(alpha, (int, float)) and alpha == 1):
+        other = other * jnp.asarray(alpha, other.dtype)
+    return self + other
+
+
+@lowers(aten.sub.Tensor, aten.sub.Scalar)
+@promote(n=2)
+def sub(self, other, alpha=1):
+    if is_bool(self) and is_bool(other):
+        raise RuntimeError(
+            "Subtraction, the `-` operator, with two bool tensors is not supported. "
+            "Use the `^` or `logical_xor()` operator instead."
+        )
+    if not (isinstance(alpha, (int, float)) and alpha == 1):
+        other = other * jnp.asarray(alpha, other.dtype)
+    return self - other
+
+
+@lowers(aten.rsub.Tensor, aten.rsub.Scalar)
+@promote(n=2)
+def rsub(self, other, alpha=1):
+    return sub(self=other, other=self, alpha=alpha)
+
+
+@lowers(aten.mul.Tensor, aten.mul.Scalar)
+@promote()
+def mul(self, other):
+    if is_bool(self):
+        return self & other
+    return self * other
+
+
+@lowers(aten.fill.Scalar)
+def fill(self, value):
+    return jnp.full(self.shape, value, self.dtype)
+
+
+@lowers(aten.fill.Tensor)
+def fill_tensor(self, value):
+    return jnp.broadcast_to(value.astype(self.dtype), self.shape)
+
+
+@lowers(aten.zero.default)
+def zero(self):
+    return jnp.zeros(self.shape, self.dtype)
+
+
+def _floor_divide(a, b):
+    a, b = jnp.broadcast_arrays(a, b)
+    if is_float(a):
+        # ATen's div_floor_floating, so that results agree with the CPU bit for bit
+        mod = jnp.fmod(a, b)
+        div = (a - mod) / b
+        div = jnp.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1, div)
+        floor = jnp.floor(div)
+        floor = jnp.where(div - floor > 0.5, floor + 1, floor)
+        floor = jnp.where(div == 0, jnp.copysign(jnp.zeros_like(div), a / b), floor)
+        return jnp.where(b == 0, a / b, floor)
+    # NOTE: integer division by zero raises on the CPU; like CUDA, the device cannot
+    # raise from inside a program, and XLA defines the quotient as -1.
+    q = lax.div(a, b)
+    r = lax.rem(a, b)
+    return jnp.where((r != 0) & ((r < 0) != (b < 0)), q - 1, q)
+
+
+def _trunc_divide(a, b):
+    a, b = jnp.broadcast_arrays(a, b)
+    return jnp.trunc(a / b) if is_float(a) else lax.div(a, b)
+
+
+@lowers(aten.div.Tensor, aten.div.Scalar)
+@promote(KIND.INT_TO_FLOAT)
+def div(self, other):
+    return self / other
+
+
+@lowers(aten.div.Tensor_mode, aten.div.Scalar_mode)
+def div_mode(self, other, rounding_mode=None):
+    if rounding_mode is None:
+        return div(self=self, other=other)
+    compute, result = result_type(self, other)
+    if rounding_mode == "trunc":
+        compute = result  # ATen rounds the quotient to the result type before truncating
+    a, b = cast(self, compute), cast(other, compute)
+    if is_bool(a):
+        raise unsupported(f"div_{rounding_mode}", a)
+    out = _floor_divide(a, b) if rounding_mode == "floor" else _trunc_divide(a, b)
+    return out.astype(result)
+
+
+@lowers(aten.floor_divide.default, aten.floor_divide.Scalar)
+@promote()
+def floor_divide(self, other):
+    if is_bool(self):
+        raise unsupported("div_floor", self)
+    return _floor_divide(self, other)
+
+
+@lowers(aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor)
+@promote()
+def remainder(self, other):
+    if is_bool(self):
+        raise unsupported("remainder", self)
+    self, other = jnp.broadcast_arrays(self, other)
+    mod = jnp.fmod(self, other) if is_float(self) else lax.rem(self, other)
+    return jnp.where((mod != 0) & ((other < 0) != (mod < 0)), mod + other, mod)
+
+
+@lowers(aten.fmod.Tensor, aten.fmod.Scalar)
+@promote()
+def fmod(self, other):
+    if is_bool(self):
+        raise unsupported("fmod", self)
+    self, other = jnp.broadcast_arrays(self, other)
+    return jnp.fmod(self, other) if is_float(self) else lax.rem(self, other)
+
+
+def _int_pow(base, exp):
+    out = jnp.power(base, jnp.where(exp < 0, 0, exp))
+    if jnp.issubdtype(exp.dtype, jnp.unsignedinteger):
+        return out
+    # ATen's powi: negative exponents give 1 for base 1, +-1 for base -1 and 0 otherwise
+    neg = jnp.where(base == 1, 1, jnp.where(base == -1, jnp.where(exp % 2 == 0, 1, -1), 0))
+    return jnp.where(exp < 0, neg.astype(out.dtype), out)
+
+
+@lowers(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar)
+@promote(KIND.BOOL_TO_LONG)
+def pow(self, exponent):
+    if is_float(self):
+        return jnp.power(self, exponent)
+    return _int_pow(self, exponent)
+
+
+@lowers(aten.pow.Scalar)
+def pow_scalar(self, exponent):
+    return pow(self=self, exponent=exponent)
+
+
+@lowers(aten.atan2.default)
+@promote(KIND.INT_TO_FLOAT)
+def atan2(self, other):
+    return jnp.arctan2(self, other)
+
+
+@lowers(aten.hypot.default)
+@promote()
+def hypot(self, other):
+    return jnp.hypot(self, other)
+
+
+@lowers(aten.copysign.Tensor, aten.copysign.Scalar)
+@promote(KIND.INT_TO_FLOAT)
+def copysign(self, other):
+    return jnp.copysign(self, other)
+
+
+@lowers(aten.nextafter.default)
+def nextafter(self, other):
+    return jnp.nextafter(self, other.astype(self.dtype))
+
+
+@lowers(aten.ldexp.Tensor)
+@promote(KIND.INT_TO_FLOAT)
+def ldexp(self, other):
+    return self * jnp.exp2(other)
+
+
+@lowers(aten.logaddexp.default)
+@promote()
+def logaddexp(self, other):
+    m = jnp.maximum(self, other)
+    out = m + jnp.log1p(jnp.exp(-jnp.abs(self - other)))
+    return jnp.where(jnp.isinf(self) & (self == other), self, out)
+
+
+@lowers(aten.logaddexp2.default)
+@promote()
+def logaddexp2(self, other):
+    m = jnp.maximum(self, other)
+    out = m + jnp.log1p(jnp.exp2(-jnp.abs(self - other))) / math.log(2)
+    return jnp.where(jnp.isinf(self) & (self == other), self, out)
+
+
+@lowers(aten.xlogy.Tensor, aten.xlogy.Scalar_Self, aten.xlogy.Scalar_Other)
+@promote(KIND.INT_TO_FLOAT)
+def xlogy(self, other):
+    out = jnp.where(self == 0, jnp.zeros_like(self * other), self * jnp.log(other))
+    return jnp.where(jnp.isnan(other), other, out)
+
+
+@lowers(
+    aten.special_xlog1py.default,
+    aten.special_xlog1py.self_scalar,
+    aten.special_xlog1py.other_scalar,
+)
+@promote(KIND.INT_TO_FLOAT)
+def special_xlog1py(self, other):
+    out = jnp.where(self == 0, jnp.zeros_like(self * other), self * jnp.log1p(other))
+    return jnp.where(jnp.isnan(other), other, out)
+
+
+@lowers(aten.special_zeta.default, aten.special_zeta.self_scalar, aten.special_zeta.other_scalar)
+@promote(KIND.INT_TO_FLOAT)
+def special_zeta(self, other):
+    x, q = self, other
+    # Cephes' domain rules, which ATen follows and jax does not
+    pole = (x == 1) | ((q <= 0) & (q == jnp.floor(q)))
+    undefined = (x < 1) | ((q <= 0) & (x != jnp.floor(x)))
+    out = jnp.where(pole, jnp.inf, jsp.zeta(x, q))
+    return jnp.where(undefined & (x != 1), jnp.nan, out)
+
+
+@lowers(aten.igamma.default)
+@promote(KIND.INT_TO_FLOAT)
+def igamma(self, other):
+    return jsp.gammainc(self, other)
+
+
+@lowers(aten.igammac.default)
+@promote(KIND.INT_TO_FLOAT)
+def igammac(self, other):
+    return jsp.gammaincc(self, other)
+
+
+@lowers(aten.mvlgamma.default)
+@promote(KIND.INT_TO_FLOAT, n=1)
+def mvlgamma(self, p):
+    terms = jsp.gammaln(self[..., None] - jnp.arange(p, dtype=self.dtype) / 2)
+    return terms.sum(-1) + p * (p - 1) / 4 * math.log(math.pi)
+
+
+@lowers(aten.gcd.default)
+@promote()
+def gcd(self, other):
+    return jnp.gcd(self, other)
+
+
+@lowers(aten.lcm.default)
+@promote()
+def lcm(self, other):
+    return jnp.lcm(self, other)
+
+
+@lowers(aten.maximum.default)
+@promote()
+def maximum(self, other):
+    return self | other if is_bool(self) else jnp.maximum(self, other)
+
+
+@lowers(aten.minimum.default)
+@promote()
+def minimum(self, other):
+    return self & other if is_bool(self) else jnp.minimum(self, other)
+
+
+@lowers(aten.fmax.default)
+@promote()
+def fmax(self, other):
+    return jnp.fmax(self, other) if is_float(self) else maximum(self=self, other=other)
+
+
+@lowers(aten.fmin.default)
+@promote()
+def fmin(self, other):
+    return jnp.fmin(self, other) if is_float(self) else minimum(self=self, other=other)
+
+
+@lowers(aten.heaviside.default)
+@promote()
+def heaviside(self, values):
+    return jnp.where(self == 0, values, (self > 0).astype(self.dtype))
+
+
+@lowers(aten.lerp.Scalar, aten.lerp.Tensor)
+@promote()
+def lerp(self, end, weight):
+    diff = end - self
+    return jnp.where(jnp.abs(weight) < 0.5, self + weight * diff, end - diff * (1 - weight))
+
+
+@lowers(aten.addcmul.default)
+@promote(n=3)
+def addcmul(self, tensor1, tensor2, value=1):
+    if is_bool(self):
+        return self | (tensor1 & tensor2 & cast(value, jnp.bool_))
+    return self + scalar(value, self.dtype) * tensor1 * tensor2
+
+
+@lowers(aten.addcdiv.default)
+@promote(n=3)
+def addcdiv(self, tensor1, tensor2, value=1):
+    if not is_float(self):
+        raise RuntimeError(
+            "Integer division with addcdiv is no longer supported, and in a future release "
+            "addcdiv will perform a true division of tensor1 and tensor2. The historic "
+            "addcdiv behavior can be implemented as (input + value * torch.trunc(tensor1 / "
+            "tensor2)).to(input.dtype) for integer inputs and as (input + value * tensor1 / "
+            "tensor2) for float inputs. The future addcdiv behavior is just the latter "
+            "implementation: (input + value * tensor1 / tensor2), for all dtypes."
+        )
+    return self + scalar(value, self.dtype) * (tensor1 / tensor2)

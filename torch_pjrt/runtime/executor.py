@@ -1,0 +1,251 @@
+"""The one executor: every XLA program torch_pjrt runs goes through a :class:`Program`.
+
+A client describes *what* to run: the eager kernel of an op (one program per op and
+static arguments), a fused recording (one program per recorded op sequence), a compiled
+graph (one per graph and input signature). It hands the executor a ``build`` function
+(key -> the traceable function and whether its first argument is donated) and a
+``describe`` function (key and traced arguments -> ``(label, value)`` pairs). The
+executor owns *how*, the same way for every client:
+
+- one jitted program per key, traced at JAX's "highest" default matmul precision
+  (:func:`traced_at_full_precision`);
+- 64-bit types on for the call (``runtime.x64``), JAX's global setting left alone;
+- placement: a program runs where its inputs are (unused ones included: jit would
+  drop them and fall back to JAX's default device); a program with no array inputs
+  puts its outputs on its device explicitly (``out_shardings``); one whose inputs mix
+  one-device arrays with arrays laid out over a mesh (SPMD) has the one-device arrays
+  replicated over the mesh *before* the call (:func:`align`), never as a retry after an
+  exception;
+- compilations: each trace is a compilation, counted in ``runtime.events`` (the
+  counters of ``torch_pjrt.metrics``) with its cause, the first difference between the
+  arguments it traced and those of the one before (``events.describe_change``); a
+  program whose first call fails is not kept;
+- errors: a failed call's exception gets a note naming the program and the user's line
+  (clients that know more, such as the op's schema, add it).
+
+Example:
+    >>> program = Program("eager", "double", lambda key: (lambda x: x * 2, False),
+    ...                   lambda key, args: [("x", args[0].aval)])
+    >>> program((), jnp.ones(3))   # compiles once ("double: first call"), then reuses
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+
+import jax
+from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
+
+from torch_pjrt.runtime import events as metrics
+from torch_pjrt.runtime import platform, x64
+
+__all__ = [
+    "Program",
+    "align",
+    "mesh_in_use",
+    "on_device",
+    "traced_at_full_precision",
+    "use_meshes",
+]
+
+# NOTE: set by torch_pjrt.distributed.spmd when the first device mesh is made; until
+# then no array is laid out over several devices and placement checks nothing.
+mesh_in_use = False
+
+
+def use_meshes() -> None:
+    """Arrays may from now on be laid out over device meshes (SPMD)."""
+    global mesh_in_use
+    mesh_in_use = True
+
+
+def traced_at_full_precision(fn):
+    """``fn`` for ``jax.jit``: while it traces, JAX's default precision of float32
+    products is "highest". JAX's own default is fast (TF32 on recent NVIDIA GPUs, one
+    bfloat16 pass on TPU), so a product a lowering leaves to JAX (inside a ``jnp.linalg``
+    or ``jax.scipy`` function, or written without ``precision=``) would otherwise be
+    less precise there than on the CPU. User-level products carry
+    ``ops.linalg.matmul_precision()`` explicitly and keep following
+    ``torch.set_float32_matmul_precision``. Every program is traced through this."""
+
+    @functools.wraps(fn)
+    def traced(*args, **kwargs):
+        with jax.default_matmul_precision("highest"):
+            return fn(*args, **kwargs)
+
+    return traced
+
+
+def on_device(index: int) -> SingleDeviceSharding:
+    """The sharding that puts a program's outputs on pjrt device ``index``."""
+    return SingleDeviceSharding(platform.device(index))
+
+
+class Program:
+    """One client's programs: a jitted XLA program per key, run and accounted alike.
+
+    Args:
+        scope: who runs it, for metrics: ``"eager"``, ``"fused"`` or ``"graph"``.
+        name: the program's name in compile causes (an op, a graph).
+        build: ``key -> (fn, donate)``: the function to trace for that key, and whether
+            its first argument's buffers are donated to the outputs.
+        describe: ``(key, traced arguments) -> [(label, value), ...]``: what a trace
+            saw, compared with the previous trace to name a recompilation's cause.
+        kind: a subdivision of the scope in metrics (``"forward"``, ``"backward"``).
+        placed: ``key -> device index or None``: a device to put the outputs on
+            explicitly (programs with no array inputs), else None (they follow the
+            inputs).
+    """
+
+    __slots__ = (
+        "scope",
+        "name",
+        "kind",
+        "build",
+        "describe",
+        "placed",
+        "cache",
+        "traced",
+        "last",
+        "started",
+        "lowered",
+    )
+
+    def __init__(
+        self,
+        scope: str,
+        name: str,
+        build: Callable,
+        describe: Callable,
+        kind: str | None = None,
+        placed: Callable | None = None,
+    ):
+        self.scope = scope
+        self.name = name
+        self.kind = kind
+        self.build = build
+        self.describe = describe
+        self.placed = placed
+        self.cache: dict = {}
+        self.traced = None  # what the last trace saw (set while jit traces)
+        self.last = None  # what the trace before it saw
+        self.started = 0.0  # when the last trace started
+        self.lowered = False  # lower() traced: the next call compiles what it traced
+
+    def jitted(self, key):
+        """The jitted program of ``key`` (built on first use; compiled by its first call)."""
+        found = self.cache.get(key)
+        if found is None:
+            found = self._build(key)
+        return found
+
+    def _build(self, key):
+        fn, donate = self.build(key)
+        describe = self.describe
+
+        def traced(*args):
+            self.started = time.perf_counter()
+            self.traced = describe(key, args)
+            with jax.default_matmul_precision("highest"):
+                return fn(*args)
+
+        traced.__name__ = traced.__qualname__ = getattr(fn, "__name__", self.name)
+        # NOTE: keep_unused: jit drops arguments the program does not read (fill_'s
+        # self), and a program left with no inputs runs on JAX's default device; kept,
+        # they place it on their device
+        options = {"keep_unused": True}
+        if donate:
+            options["donate_argnums"] = (0,)
+        index = self.placed(key) if self.placed is not None else None
+        if index is not None:
+            options["out_shardings"] = on_device(index)
+        jitted = self.cache[key] = jax.jit(traced, **options)
+        return jitted
+
+    def __call__(self, key, *args):
+        """Run the program of ``key`` on ``args`` (compiling it if these arguments are
+        new to it); exceptions reach the caller, which knows what was being run."""
+        jitted = self.cache.get(key)
+        if jitted is None:
+            jitted = self._build(key)
+        if self.lowered:  # (jit reuses the trace lower() made: it does not trace again)
+            self.lowered = False
+        else:
+            self.traced = None
+        prev = x64.on()
+        try:
+            out = jitted(*args)
+        except Exception as exc:
+            if self.traced is not None:  # a program that failed to build is not kept
+                self.cache.pop(key, None)
+            if hasattr(exc, "add_note"):  # (Python 3.11+)
+                exc.add_note(f"pjrt: in {self}, called at {metrics.user_line()}")
+            raise
+        finally:
+            x64.restore(prev)
+        if self.traced is not None:  # jit traced: a new XLA program was compiled
+            self.compiled()
+        return out
+
+    def compiled(self) -> None:
+        """Count the compilation the last call made (from its trace on), with its cause."""
+        cause = metrics.describe_change(self.last, self.traced)
+        self.last = self.traced
+        seconds = time.perf_counter() - self.started
+        metrics.compilation(self.scope, self.kind, seconds, f"{self.name}: {cause}")
+
+    def lower(self, key, *args):
+        """The lowered program of ``key`` for ``args``, for dumps; the call that follows
+        compiles it and counts the compilation."""
+        self.traced = None
+        prev = x64.on()
+        try:
+            lowered = self.jitted(key).lower(*args)
+        finally:
+            x64.restore(prev)
+        self.lowered = self.traced is not None
+        return lowered
+
+    def __repr__(self) -> str:
+        return f"the {self.scope} program {self.name}"
+
+
+# --- placement over meshes (SPMD) ----------------------------------------------------
+
+
+def _mesh_sharding(flat):
+    for a in flat:
+        if isinstance(a, jax.Array):
+            sharding = a.sharding
+            if isinstance(sharding, NamedSharding) and len(sharding.device_set) > 1:
+                return sharding
+    return None
+
+
+def align(arrays: list) -> list:
+    """``arrays`` (a list whose items are arrays, lists of arrays or other values) with
+    every one-device array replicated over the mesh of the first mesh-sharded one.
+
+    JAX refuses to mix the two in one program; PyTorch sees one device, so an
+    unannotated tensor meeting a sharded one is replicated, as in PyTorch/XLA's SPMD
+    mode. Returns ``arrays`` itself when nothing needs moving (always, before the
+    first mesh), so callers pass every program's inputs through it.
+    """
+    if not mesh_in_use:
+        return arrays
+    flat = [x for a in arrays for x in (a if isinstance(a, (list, tuple)) else (a,))]
+    sharding = _mesh_sharding(flat)
+    if sharding is None:
+        return arrays
+    replicated = NamedSharding(sharding.mesh, PartitionSpec())
+    devices = sharding.device_set
+
+    def fix(x):
+        if isinstance(x, jax.Array) and x.sharding.device_set != devices:
+            with jax.enable_x64(True):
+                return jax.device_put(x, replicated)
+        return x
+
+    return [type(a)(fix(x) for x in a) if isinstance(a, (list, tuple)) else fix(a) for a in arrays]
