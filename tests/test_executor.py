@@ -8,6 +8,7 @@ schema defaults or not), once per recording in fused mode, once per graph compil
 
 from __future__ import annotations
 
+import copy
 import itertools
 
 import pytest
@@ -216,25 +217,34 @@ def test_a_fused_step_donates_what_its_cells_let_go():
     assert torch.equal(p.cpu(), p_cpu) and torch.equal(q.cpu(), q_cpu)
 
 
-@pytest.mark.parametrize("share", ["copy_", "to(copy=True)"])
-def test_a_same_device_copy_is_its_own_array(share):
-    """A same-device copy makes a new array (as CUDA copies memory): the source keeps
-    owning its array, whose buffer an in-place update of the source may then reuse,
-    and the copy is untouched by it."""
+def _empty_copy(a):
+    b = torch.empty(a.shape, device="pjrt")
+    return b.copy_(a)
+
+
+# how a second tensor of the same value is made -> buffers an in-place update of the
+# first may then donate: a same-device copy makes a new array (as CUDA copies memory),
+# so the source keeps owning its own; copy.deepcopy clones the storage by sharing the
+# immutable array, so neither storage owns it
+COPIES = [
+    ("copy_", _empty_copy, 1),
+    ("to(copy=True)", lambda a: a.to("pjrt", copy=True), 1),
+    ("deepcopy", copy.deepcopy, 0),
+]
+
+
+@pytest.mark.parametrize("label, make_copy, donated", COPIES, ids=[c[0] for c in COPIES])
+def test_a_copy_keeps_its_value_whatever_is_donated(label, make_copy, donated):
     a_cpu = torch.randn(64)
     with torch_pjrt.mode("fused"):
         a = a_cpu.to("pjrt") * 1.0
         torch.pjrt.synchronize()
-        if share == "copy_":
-            b = torch.empty(64, device="pjrt")
-            b.copy_(a)
-        else:
-            b = a.to("pjrt", copy=True)
+        b = make_copy(a)
         torch.pjrt.synchronize()
         metrics.reset()
         a.add_(1)
         torch.pjrt.synchronize()
-        assert metrics.as_dict().get("fused_donated_buffers", 0) == 1
+        assert metrics.as_dict().get("fused_donated_buffers", 0) == donated
         torch.testing.assert_close(b.cpu(), a_cpu)
         torch.testing.assert_close(a.cpu(), a_cpu + 1)
 
@@ -254,24 +264,6 @@ def test_an_array_read_out_is_never_donated():
         torch.pjrt.synchronize()
         assert metrics.as_dict().get("fused_donated_buffers", 0) == 0
         assert not kept.is_deleted() and bool((kept == before).all())
-
-
-def test_a_deep_copy_shares_an_array_neither_storage_donates():
-    """copy.deepcopy clones storages by sharing the immutable array: both storages then
-    hold it, so an in-place update of either leaves the other intact."""
-    import copy
-
-    a_cpu = torch.randn(64)
-    with torch_pjrt.mode("fused"):
-        a = a_cpu.to("pjrt") * 1.0
-        b = copy.deepcopy(a)
-        torch.pjrt.synchronize()
-        metrics.reset()
-        a.add_(1)
-        torch.pjrt.synchronize()
-        assert metrics.as_dict().get("fused_donated_buffers", 0) == 0
-        torch.testing.assert_close(b.cpu(), a_cpu)
-        torch.testing.assert_close(a.cpu(), a_cpu + 1)
 
 
 def test_a_compiled_step_donates_owned_parameters():
