@@ -9,9 +9,10 @@ Both ways of running CUDA code on pjrt read it:
   device the rewrite adds, with ``risk``; a name with no ``risk`` is, to migrate,
   CUDA-only (``rules.CUDA_API_DEFAULT``).
 
-NOTE: ``torch.accelerator.synchronize`` and the ``torch.accelerator`` memory functions
-need a C++ device guard and allocator, which a backend registered from Python (pjrt, in
-PyTorch 2.13) cannot provide: they raise there. Those calls go through
+NOTE: the ``torch.accelerator`` memory functions need a C++ caching allocator, which a
+backend registered from Python (pjrt, in PyTorch 2.13) cannot provide: they raise there;
+``torch.accelerator.synchronize`` works on pjrt (device/accelerator.py answers it) but
+raises on the CPU without an accelerator. Those calls go through
 ``torch.get_device_module(device)`` instead, which is ``torch.cuda`` on CUDA, ``torch.pjrt``
 on pjrt, ``torch.xpu`` on XPU, and works the same on each.
 """
@@ -100,7 +101,7 @@ CUDA_CALLS: dict[str, CudaCall] = {
     "synchronize": _same(
         "synchronize",
         LOW,
-        "torch.accelerator.synchronize() raises on backends registered from Python (pjrt)",
+        "torch.accelerator.synchronize() raises on the CPU without an accelerator",
     ),
     # random numbers
     "manual_seed": CudaCall(generic="torch.manual_seed", risk=MEDIUM, note=_RESEEDS),
