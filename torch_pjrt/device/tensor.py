@@ -673,16 +673,3 @@ def copy_to(value, dtype: torch.dtype, shape, index: int):
 @functools.lru_cache(maxsize=1024)
 def _cast_fn(dtype, shape):
     return jax.jit(lambda v: jnp.broadcast_to(v.astype(dtype), shape))
-
-
-def resize_cell(t: torch.Tensor, size: int) -> None:
-    """Grow t's storage cell to ``size`` elements of t's dtype (new elements are zero)."""
-    cell = cell_of(t)
-    size = -(-size * t.dtype.itemsize // cell.dtype.itemsize)
-    if size <= cell.size:
-        return
-    if cell.array is not None:
-        with jax.enable_x64(True):
-            flat = cell.array.reshape(-1)
-            cell.own(jnp.concatenate([flat, jnp.zeros((size - cell.size,), flat.dtype)]))
-    cell.size = size
