@@ -33,7 +33,18 @@ from torch_pjrt.config import settings
 from torch_pjrt.runtime import events as metrics
 from torch_pjrt.runtime import executor
 
-__all__ = ["Pending", "Unfusable", "apply", "concrete", "flush_all", "record", "released"]
+__all__ = [
+    "Pending",
+    "Unfusable",
+    "apply",
+    "capture_input",
+    "capture_refuse",
+    "capture_touch",
+    "concrete",
+    "flush_all",
+    "record",
+    "released",
+]
 
 _SCALARS = (bool, int, float, complex)
 try:  # the class of concrete JAX arrays (an identity test is the cheapest check)
@@ -104,8 +115,16 @@ def concrete(x, reason: str = "value needed"):
 
 
 _lock = threading.RLock()
+# NOTE: the number of graph captures under way (torch_pjrt.modes.capture); storage cells
+# read it on every access, so it is a plain module global
+capturing = 0
 _shapes: dict = {}  # (fn, treedef, argument signatures) -> (output treedef, avals)
 _MAX_PROGRAMS = 1024  # per device: past it, the oldest program goes
+# Loop cuts (see _Graph._loop_check): a recording this long is checked for a repeating
+# op sequence, then at twice the length, and so on up to the size cap; a loop's
+# steady-state program runs at least _LOOP_UNIT ops (whole periods of the loop).
+_LOOP_FIRST_CHECK = 512
+_LOOP_UNIT = 128
 
 
 def _spec(leaf):
@@ -116,7 +135,8 @@ def _spec(leaf):
     return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
 
 
-def _out(a) -> tuple:
+def shaped(a) -> tuple:
+    """A pending value's (aval, shape, dtype) for an array or aval ``a``."""
     aval = jax.core.ShapedArray(a.shape, a.dtype, weak_type=a.weak_type)
     return aval, aval.shape, np.dtype(aval.dtype)
 
@@ -127,8 +147,14 @@ class _Graph:
     def __init__(self, index: int):
         self.index = index
         self.last_key = None
+        self.cycle = None  # the op signatures of a loop's period, once one was found
+        self.capture = None  # the graph capture under way on this device (modes.capture)
         self.program = executor.Program(
-            "fused", f"pjrt:{index} recording", self._build, _describe, placed=lambda key: index
+            "fused",
+            f"pjrt:{index} recording",
+            replay_program,
+            describe_recording,
+            placed=lambda key: index,
         )
         self._clear()
 
@@ -139,8 +165,11 @@ class _Graph:
         self.input_sigs = []
         self.input_slots = {}  # id(array) -> slot (arrays stay alive in self.inputs)
         self.released = set()  # slots of inputs their owning cell let go (donatable)
+        self.sigs = []  # op signatures of the first nodes (computed at loop checks)
+        # the recording length at which to look for a loop next
+        self.next_check = len(self.cycle) if self.cycle else _LOOP_FIRST_CHECK
 
-    def record(self, fn, args: tuple, name: str):
+    def record(self, fn, args: tuple, name: str, random: bool = False, out=None):
         leaves, treedef = jax.tree_util.tree_flatten(args)
         sigs, refs = [], []
         inputs, slots = self.inputs, self.input_slots
@@ -175,12 +204,15 @@ class _Graph:
             refs.append(slot)
         shape_key = (fn, treedef, tuple(sigs))
         found = _shapes.get(shape_key)
+        if found is None and out is not None:  # (given: fn traces only inside a mesh)
+            out_leaves, out_treedef = jax.tree_util.tree_flatten(out)
+            found = _shapes[shape_key] = (out_treedef, [shaped(o) for o in out_leaves])
         if found is None:
             specs = jax.tree_util.tree_unflatten(treedef, [_spec(x) for x in leaves])
             with jax.enable_x64(True):
                 out = jax.eval_shape(fn, *specs)
             out_leaves, out_treedef = jax.tree_util.tree_flatten(out)
-            found = _shapes[shape_key] = (out_treedef, [_out(o) for o in out_leaves])
+            found = _shapes[shape_key] = (out_treedef, [shaped(o) for o in out_leaves])
         out_treedef, out_avals = found
         n = len(self.nodes)
         outs = tuple([Pending(a, self, (n, i)) for i, a in enumerate(out_avals)])
@@ -188,11 +220,71 @@ class _Graph:
         self.names.append(name)
         metrics.count("fused_ops")
         result = jax.tree_util.tree_unflatten(out_treedef, outs)
+        if self.capture is not None:  # no cuts; a random op's (seed, offset) are inputs
+            if random:
+                self.capture.rng.append((refs[-2], refs[-1], leaves[-1]))
+            return result
+        n += 1
+        if n >= self.next_check:
+            self._loop_check(n)
         if len(self.nodes) >= settings.fused_max_ops:
             self.flush("size cap")
         return result
 
+    # --- loop cuts --------------------------------------------------------------------
+
+    def _signatures(self) -> list:
+        """Each node's signature: its op, and where its arguments come from relative to
+        it (a recorded input, or the output of the node so many places before). Two
+        iterations of a loop have equal signatures, whatever their values."""
+        sigs, nodes = self.sigs, self.nodes
+        for n in range(len(sigs), len(nodes)):
+            fn, treedef, refs, _ = nodes[n]
+            rel = tuple([-1 if r.__class__ is int else (n - r[0], r[1]) for r in refs])
+            sigs.append((fn, treedef, rel))
+        return sigs
+
+    def _loop_check(self, n: int) -> None:
+        """Cut a recording that repeats: a loop that never reads a value back (sampling,
+        generation, evaluation) would otherwise run as programs cut by the size cap at a
+        different op each time, each one new to compile.
+
+        The rule: when the second half of a recording repeats with some period (the
+        smallest), the recording runs now, and its last whole periods (at least
+        ``_LOOP_UNIT`` ops) become the expected cycle; each following recording runs
+        as soon as it has recorded exactly that cycle again, so the loop's steady state
+        is one program, compiled once, however many iterations run. A recording that
+        breaks the cycle forgets it and is checked again at doubling lengths."""
+        sigs = self._signatures()
+        cycle = self.cycle
+        if cycle is not None and n == len(cycle):
+            if cycle == tuple(sigs):
+                self.flush("loop")
+                return
+            self.cycle = None
+            self.next_check = max(_LOOP_FIRST_CHECK, 2 * n)
+            return
+        half = n // 2
+        last = sigs[n - 1]
+        for p in range(1, (n - half) // 2 + 1):
+            if sigs[n - 1 - p] == last and sigs[half : n - p] == sigs[half + p :]:
+                unit = p * -(-_LOOP_UNIT // p)
+                if unit <= n - half:
+                    # as the next recording will see it: values from before the cut
+                    # come in as its inputs
+                    self.cycle = tuple(
+                        (fn, treedef, tuple([-1 if r == -1 or r[0] > k else r for r in rel]))
+                        for k, (fn, treedef, rel) in enumerate(sigs[n - unit :])
+                    )
+                    self.flush("loop")
+                    return
+                break
+        self.next_check = 2 * n
+
     def flush(self, reason: str, wanted: Pending | None = None) -> None:
+        if self.capture is not None:  # a capture runs nothing: refused unless a boundary
+            self.capture.refuse(reason)
+            return
         with _lock:
             nodes = self.nodes
             if not nodes:
@@ -289,36 +381,48 @@ class _Graph:
                 p.error = error
         self._clear()
 
-    def _build(self, key):
-        nodes, sigs, outputs, donated = key
-        unflatten, leaves_of = jax.tree_util.tree_unflatten, jax.tree_util.tree_leaves
-        gone = set(donated)
-        kept = [i for i in range(len(sigs)) if i not in gone]
-
-        def replay(donated_inputs, kept_inputs):
-            inputs = [None] * len(sigs)
-            for i, x in zip(donated, donated_inputs):
-                inputs[i] = x
-            for i, x in zip(kept, kept_inputs):
-                inputs[i] = x
-            env = []
-            for fn, treedef, refs in nodes:
-                args = [inputs[r] if r.__class__ is int else env[r[0]][r[1]] for r in refs]
-                env.append(leaves_of(fn(*unflatten(treedef, args))))
-            return [env[n][i] for n, i in outputs]
-
-        replay.__name__ = replay.__qualname__ = f"fused_{len(nodes)}_ops"
-        return replay, bool(donated)
-
     def __repr__(self) -> str:
         return f"<fused recording of pjrt:{self.index}, {len(self.nodes)} ops>"
+
+
+def replay_program(key, baked: dict | None = None, inline: bool = False):
+    """The traceable function of a recording's program key (nodes, input signatures,
+    outputs, donated input slots), and whether its first argument is donated.
+    ``baked``: input slots whose values are constants of the program (a captured
+    graph's numbers), passed neither donated nor kept. ``inline``: trace each op's
+    function itself, not its jitted program (inside a shard_map, where a program that
+    places its outputs on one device cannot run)."""
+    nodes, sigs, outputs, donated = key
+    if inline:
+        nodes = [(getattr(fn, "__wrapped__", fn), treedef, refs) for fn, treedef, refs in nodes]
+    unflatten, leaves_of = jax.tree_util.tree_unflatten, jax.tree_util.tree_leaves
+    baked = baked or {}
+    gone = set(donated) | set(baked)
+    kept = [i for i in range(len(sigs)) if i not in gone]
+
+    def replay(donated_inputs, kept_inputs):
+        inputs = [None] * len(sigs)
+        for i, x in baked.items():
+            inputs[i] = x
+        for i, x in zip(donated, donated_inputs):
+            inputs[i] = x
+        for i, x in zip(kept, kept_inputs):
+            inputs[i] = x
+        env = []
+        for fn, treedef, refs in nodes:
+            args = [inputs[r] if r.__class__ is int else env[r[0]][r[1]] for r in refs]
+            env.append(leaves_of(fn(*unflatten(treedef, args))))
+        return [env[n][i] for n, i in outputs]
+
+    replay.__name__ = replay.__qualname__ = f"fused_{len(nodes)}_ops"
+    return replay, bool(donated)
 
 
 def _op_name(fn) -> str:
     return getattr(fn, "__name__", type(fn).__name__)
 
 
-def _describe(key, traced) -> list:
+def describe_recording(key, traced) -> list:
     """What a recording's program is made of, for its compile causes: how many ops, each
     op, where each op's arguments come from, the inputs, which values come out, and which
     inputs are donated."""
@@ -357,10 +461,40 @@ def released(array, index: int) -> None:
         graph.release(array)
 
 
-def record(fn, args: tuple, index: int, name: str = "op"):
-    """Record ``fn(*args)`` on device ``index``; returns its outputs as pending values."""
+def record(fn, args: tuple, index: int, name: str = "op", random: bool = False, out=None):
+    """Record ``fn(*args)`` on device ``index``; returns its outputs as pending values.
+    ``random``: the last two leaves of ``args`` are a random op's (seed, offset).
+    ``out``: the outputs' shapes (``jax.ShapeDtypeStruct`` leaves), for a function that
+    cannot be traced on its own (a collective's per-rank body)."""
     with _lock:
-        return _graph(index).record(fn, args, name)
+        return _graph(index).record(fn, args, name, random, out)
+
+
+def capture_input(cell, value):
+    """A storage cell's value as the ops recorded now see it: under a graph capture of
+    its device, a pending input standing for the cell's array at each replay (see
+    ``modes.capture``); else ``value`` itself."""
+    graph = _graphs.get(cell.index)
+    if graph is None or graph.capture is None:
+        return value
+    return graph.capture.read(cell, value)
+
+
+def capture_touch(cell, old, made: bool = False) -> None:
+    """A storage cell is about to be written (``old``: its value before; ``made``: it is
+    being made): a graph capture of its device restores that value when it ends."""
+    graph = _graphs.get(cell.index)
+    if graph is not None and graph.capture is not None:
+        graph.capture.touch(cell, old, made)
+
+
+def capture_refuse(index: int | None, what: str | None = None) -> None:
+    """Raise if a graph capture is under way (on device ``index``, or any): a value is
+    needed on the host, or ``what`` ("copies a CPU tensor to the device", say) is done,
+    which a captured graph cannot do."""
+    for graph in list(_graphs.values()):
+        if graph.capture is not None and (index is None or graph.index == index):
+            graph.capture.refuse("value needed", what)
 
 
 def apply(fn, args: tuple, index: int, name: str):
