@@ -143,6 +143,25 @@ def test_events_memory_streams(tmp_path):
     )
 
 
+def test_cuda_graphs_training_matches_cpu(tmp_path):
+    """torch.cuda.CUDAGraph and torch.cuda.graph become torch.pjrt's: the replayed steps
+    train as the plain loop does on the CPU."""
+    proc, calls = _compat("graph_train.py", tmp_path)
+    plain = _run(str(SCRIPTS / "graph_train.py"))
+    assert plain.returncode == 0, plain.stderr
+    assert _value(proc.stdout, "device") == "pjrt:0"
+    assert _value(proc.stdout, "losses") == _value(plain.stdout, "losses") == "8"
+    assert abs(float(_value(proc.stdout, "loss")) - float(_value(plain.stdout, "loss"))) <= 1e-4
+    _expect(
+        calls,
+        {
+            "torch.cuda.CUDAGraph": (1, "exact"),
+            "torch.cuda.graph": (1, "exact"),
+            "torch.cuda.Stream": (1, "approximate"),
+        },
+    )
+
+
 def test_nccl_backend_and_cudnn_flags(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -95,6 +95,21 @@ def test_ddp_four_processes():
     _ddp(4, ["mlp_sgd", "mlp_sgd_buckets", "mlp_adamw_bucket_view", "llama_adamw"])
 
 
+def test_ddp_step_captured_two_processes():
+    """A DDP step captured into one graph: each replay is one SPMD program with the
+    gradient all-reduce inside, compiled once, and trains as the uncaptured steps do."""
+    output = _launch(2, SCRIPTS / "graph_worker.py")
+    found = re.findall(
+        r"GRAPH OK rank=(\d+) world=2 loss_diff=(\S+) param_diff=(\S+) "
+        r"compilations=(\d+) replays=(\d+)",
+        output,
+    )
+    assert sorted(int(r[0]) for r in found) == [0, 1], output[-6000:]
+    for _, loss_diff, param_diff, compilations, replays in found:
+        assert float(loss_diff) <= 1e-6 and float(param_diff) <= 1e-6
+        assert (int(compilations), int(replays)) == (1, 4)
+
+
 def test_functional_collectives_two_processes():
     _functional(2)
 

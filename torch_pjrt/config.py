@@ -384,6 +384,18 @@ def _mode_switch(old: str, new: str) -> None:
             listener(old, new)
 
 
+# NOTE: while a graph is captured (torch.pjrt.graph), every op of every thread is
+# recorded, whatever mode a thread is in: the count of captures under way, read by the
+# mode's getter and by op_path (set by torch_pjrt.modes.capture through recording()).
+_recording = [0]
+
+
+def recording(on: bool) -> None:
+    """Make every op of every thread be recorded (``on``), or stop doing so: a graph
+    capture is under way. The mode then reads ``"fused"`` and per-op checks are off."""
+    _recording[0] += 1 if on else -1
+
+
 def _setting(name: str) -> property:
     """The property of ``settings`` for field ``name``: the scoped override of this
     context if there is one, else the process default."""
@@ -392,6 +404,14 @@ def _setting(name: str) -> property:
     # NOTE: on the per-op hot path (mode, check_nan, check_numerics, strict): keep it to
     # one ContextVar read and one dict lookup, about 50 ns.
     def get(self, _get=_scoped.get, _values=_values):
+        scoped = _get()
+        if scoped is not None and name in scoped:
+            return scoped[name]
+        return _values[name]
+
+    def get_mode(self, _get=_scoped.get, _values=_values, _recording=_recording):
+        if _recording[0]:
+            return "fused"
         scoped = _get()
         if scoped is not None and name in scoped:
             return scoped[name]
@@ -413,7 +433,8 @@ def _setting(name: str) -> property:
         if live:
             _pinned.add(name)
 
-    return property(get_live if live else get, set, doc=f"The ``{name}`` setting in effect.")
+    getter = get_live if live else get_mode if name == "mode" else get
+    return property(getter, set, doc=f"The ``{name}`` setting in effect.")
 
 
 class _Settings:
@@ -445,10 +466,13 @@ del _name
 settings = _Settings()
 
 
-def op_path(_get=_scoped.get, _values=_values) -> str:
+def op_path(_get=_scoped.get, _values=_values, _recording=_recording) -> str:
     """How ops run now, in one read of the settings (per-op hot path, about 40 ns
     against 55 ns a field): ``"checked"`` when a per-op check is on (``check_nan``,
-    ``check_numerics``), else the mode (``"debug"``, ``"eager"``, ``"fused"``)."""
+    ``check_numerics``), else the mode (``"debug"``, ``"eager"``, ``"fused"``);
+    ``"fused"`` while a graph is captured."""
+    if _recording[0]:
+        return "fused"
     scoped = _get()
     if scoped is None:
         if _values["check_nan"] or _values["check_numerics"]:

@@ -123,6 +123,15 @@ def evaluate(model, data, args, gen, device) -> float:
     return total.item() / args.eval_batches
 
 
+def _compilations(device: torch.device) -> int | None:
+    """XLA programs compiled so far on pjrt (torch_pjrt's metrics), None elsewhere."""
+    if device.type != "pjrt":
+        return None
+    import torch_pjrt
+
+    return torch_pjrt.metrics.as_dict().get("compilations", 0)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.threads is not None:
@@ -217,12 +226,20 @@ def main(argv: list[str] | None = None) -> int:
     print(f"loss: first {first_loss:.3f}, last {last_loss:.3f}, val {val_loss:.3f}")
 
     torch.manual_seed(args.seed)
+    compiled_before = _compilations(device)
+    t0 = time.perf_counter()
     prompt = torch.tensor([tok.encode(PROMPT)], dtype=torch.long, device=device)
     out = generate(
         model, prompt, args.sample_tokens, temperature=0.8, top_k=20, pad_token=tok.encode(" ")[0]
     )
+    text = tok.decode(out[0].tolist())
+    sample_time = time.perf_counter() - t0
+    compiled = ""
+    if compiled_before is not None:
+        compiled = f", {_compilations(device) - compiled_before} XLA programs compiled"
+    print(f"sample: {args.sample_tokens} characters in {sample_time:.1f}s{compiled}")
     print("-" * 72)
-    print(tok.decode(out[0].tolist()))
+    print(text)
     print("-" * 72)
     return 0
 

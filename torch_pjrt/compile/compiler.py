@@ -84,7 +84,7 @@ def _boxed(fn):
     return call
 
 
-def _compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str):
+def _compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str, replay: bool = False):
     calls = [n for n in gm.graph.nodes if n.op == "call_function"]
     supported = node_supported
     if not _one_group(calls):  # collectives of several groups: each runs on its own
@@ -94,7 +94,12 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str):
         n_user, aliases = _output_info(kind)
         program = GraphProgram(gm, kind, n_user_outputs=n_user, alias_outputs=aliases)
         program.dumper = _DUMPER
-        return _boxed(lambda *args: _unpack(program, args))
+        run = lambda *args: _unpack(program, args)  # noqa: E731
+        if replay:  # mode="reduce-overhead": captured at the second call, then replayed
+            from torch_pjrt.compile.replay import Replayed
+
+            run = Replayed(run, program.mutated_positions, program.name)
+        return _boxed(run)
     for n in unsupported:
         metrics.tally("graph_eager_ops", str(n.target))
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
@@ -160,9 +165,18 @@ def _record_dynamo_compile() -> None:
         metrics.tally("dynamo_recompile_reasons", str(reason))
 
 
-def backend(gm: torch.fx.GraphModule, example_inputs, **options):
+_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def backend(gm: torch.fx.GraphModule, example_inputs, mode: str | None = None, **options):
     """The ``pjrt`` backend of ``torch.compile``: forward and backward graphs, each
     lowered by the op registry into one XLA program.
+
+    ``mode`` (``torch.compile(..., mode=...)``): with ``"reduce-overhead"`` an inference
+    graph (no autograd) is captured at its second call into a ``torch.pjrt.Graph`` and
+    replayed from then on (``compile/replay.py``); training graphs, and the other modes,
+    compile as the default does (each graph is one XLA program already). A whole
+    training step replays as one program with ``torch.pjrt.graph`` (docs/graphs.md).
 
     Example:
         >>> model = torch.compile(model.to("pjrt"), backend="pjrt")
@@ -172,13 +186,17 @@ def backend(gm: torch.fx.GraphModule, example_inputs, **options):
     from torch_pjrt.compile.dynamo import skip_torch_pjrt
 
     skip_torch_pjrt()
+    if mode is not None and mode not in _MODES:
+        raise ValueError(f"torch.compile mode must be one of {', '.join(_MODES)}, got {mode!r}")
     if options:
         raise TypeError(f"the pjrt backend takes no options, got {sorted(options)}")
     _record_dynamo_compile()
     return aot_autograd(
         fw_compiler=functools.partial(_compile_graph, kind="forward"),
         bw_compiler=functools.partial(_compile_graph, kind="backward"),
-        inference_compiler=functools.partial(_compile_graph, kind="inference"),
+        inference_compiler=functools.partial(
+            _compile_graph, kind="inference", replay=mode == "reduce-overhead"
+        ),
         decompositions=_decompositions(),
         keep_inference_input_mutations=True,
     )(gm, example_inputs)

@@ -436,6 +436,8 @@ class GraphProgram:
         return donated, arrays, tuple(statics), index, tuple(kinds), candidates
 
     def __call__(self, *args):
+        if fused.capturing:  # under a graph capture (torch.pjrt.graph): recorded
+            return self._record(args)
         if fused.pending_ops():  # ops recorded before the graph (fused mode) run first
             fused.flush_all("compiled graph")
         if self.declined is None:
@@ -509,6 +511,63 @@ class GraphProgram:
                     values = self._symbol_values(args)
                 layout = _concrete(layout, values, a.shape)
             # (a program's results are new arrays, each its tensor's own: tensor.Cell)
+            results.append(
+                wrap(a, index, True) if layout is None else _wrap_strided(a, layout, index)
+            )
+        return results
+
+    def _record(self, args):
+        """The graph as one op of a graph capture (``modes/capture.py``): its program is
+        recorded with the capture's pending values as arguments, its outputs are pending
+        values, and the inputs it mutates are written (recorded too)."""
+        index = next(
+            (a.get_device() for a in args if isinstance(a, torch.Tensor) and not a.is_cpu),
+            pjrt_random.current_device(),
+        )
+        why = None
+        if self.declined is not None:
+            why = f"a lowering declines its arguments ({self.declined.reason or self.declined})"
+        elif self.plan is not None and self.plan.active:
+            why = "its shapes are dynamic (padded to buckets)"
+        elif self.group_name is not None or executor.mesh_in_use:
+            why = "it runs over a device mesh"
+        if why is not None:
+            fused.capture_refuse(index, f"calls the compiled graph {self.name}, where {why}")
+        arrays, statics, kinds = [], [], []
+        for a in args:
+            if not isinstance(a, torch.Tensor):
+                statics.append(_static(a))
+                kinds.append("s")
+                continue
+            if a.is_cpu:
+                fused.capture_refuse(index, "passes a CPU tensor to a compiled graph")
+            arrays.append(argument(a, True))
+            kinds.append("a")
+        key = (
+            tuple(statics),
+            tuple(kinds),
+            (),
+            tuple([a.aval for a in arrays]),
+            torch.get_float32_matmul_precision(),
+            None,
+        )
+        if not arrays:
+            key = (*key, index)
+        random = bool(self.random_nodes)
+        rng = pjrt_random.next_key_parts(index) if random else (0, 0)
+        program = self.program.jitted(key)
+        outs, new_values = fused.record(program, ((), arrays, rng), index, self.name, random)
+        for p, value in zip(self.mutated_positions, new_values):
+            write(args[p], value, owned=True)
+        record = self._static_outputs[key]
+        results = []
+        for i, a in enumerate(outs):
+            if a is None:
+                results.append(record[i])
+                continue
+            layout = self.layouts.get(i)
+            if layout is not None:
+                layout = _concrete(layout, self._symbol_values(args), a.shape)
             results.append(
                 wrap(a, index, True) if layout is None else _wrap_strided(a, layout, index)
             )

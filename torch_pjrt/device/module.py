@@ -185,6 +185,13 @@ class DeviceModule:
     def empty_cache() -> None:
         return None
 
+    from torch_pjrt.device.graphs import (
+        Graph,
+        graph,
+        graph_pool_handle,
+        is_current_stream_capturing,
+        make_graphed_callables,
+    )
     from torch_pjrt.device.streams import (
         Event,
         Stream,
@@ -193,6 +200,8 @@ class DeviceModule:
         set_stream,
         stream,
     )
+
+    PJRTGraph = Graph  # (as torch.cuda.CUDAGraph)
 
     class device:
         """Context manager that changes the current pjrt device (as ``torch.cuda.device``)."""

@@ -52,6 +52,23 @@ def next_key_parts(index: int) -> tuple[int, int]:
     return (seed - (1 << 64) if seed >= 1 << 63 else seed), offset
 
 
+def offset(index: int) -> int:
+    """How many random ops device ``index`` has run since it was seeded."""
+    return _offsets.get(index, 0)
+
+
+def set_offset(index: int, value: int) -> None:
+    _offsets[index] = value
+
+
+def advance(index: int, n: int) -> tuple[int, int]:
+    """(seed, offset) for ``n`` random ops run together (a graph replay), advancing the
+    offset past them: each gets offset + its place among them."""
+    seed, start = next_key_parts(index)
+    _offsets[index] = start + n
+    return seed, start
+
+
 def get_rng_state(index: int) -> torch.Tensor:
     raw = struct.pack("<QQ", initial_seed(index), _offsets.get(index, 0))
     return torch.frombuffer(bytearray(raw), dtype=torch.uint8).clone()

@@ -67,18 +67,24 @@ class Cell:
         self.index = index
         self._value = array
         self.owned = owned
+        if fused.capturing:  # made during a graph capture: unwritten when it ends
+            fused.capture_touch(self, None, made=True)
 
     @property
     def array(self) -> jax.Array | None:
         """The storage's array; a pending value (fused mode) is computed first."""
         v = self._value
         if v.__class__ is Pending:
-            v = self._value = v.concrete()
+            v = self._value = v.concrete()  # (a capture refuses to: modes.capture)
+        if fused.capturing and v is not None:  # a capture cannot read it on the host
+            fused.capture_refuse(self.index)
         return v
 
     @array.setter
     def array(self, value) -> None:
         """Store a value the cell does not own (it may be held elsewhere too)."""
+        if fused.capturing:
+            fused.capture_touch(self, self._value)
         if self.owned:
             self._release()
         self._value = value  # an array, or a Pending in fused mode
@@ -86,10 +92,24 @@ class Cell:
 
     def own(self, value) -> None:
         """Store a value made for this cell alone (a program's fresh result)."""
+        if fused.capturing:
+            fused.capture_touch(self, self._value)
         if self.owned:
             self._release()
         self._value = value
         self.owned = True
+
+    def lazy(self):
+        """The storage's value, pending values left pending; under a graph capture of its
+        device, the pending input that stands for it (``modes.capture``)."""
+        v = self._value
+        if fused.capturing:
+            if v.__class__ is Pending:
+                if v.value is None:  # recorded (in this capture, or before it)
+                    return v
+                v = self._value = v.value  # (computed before the capture began)
+            v = fused.capture_input(self, v)
+        return v
 
     def give_up(self) -> None:
         """The array is being read out to be kept elsewhere: no longer the only holder."""
@@ -104,10 +124,12 @@ class Cell:
 
     def materialize(self, lazy: bool = False):
         """The storage's value, zeros if it was never written (pending if ``lazy``)."""
-        if self._value is None:
+        v = self.lazy() if lazy else self._value
+        if v is None:
             program = _zeros_program(self.size, self.dtype, self.index)
             self.own(fused.apply(program, (), self.index, "zeros"))
-        return self._value if lazy else self.array
+            v = self._value
+        return v if lazy else self.array
 
 
 @functools.lru_cache(maxsize=1024)
@@ -458,7 +480,7 @@ def whole(t: torch.Tensor, lazy: bool = False) -> jax.Array | None:
     cell = getattr(t.untyped_storage(), _ATTR, None)
     if cell is None:
         return None
-    array = cell._value if lazy else cell.array
+    array = cell.lazy() if lazy else cell.array
     return array if _is_whole(t, cell, array) else None
 
 

@@ -31,6 +31,7 @@ from torch.futures import Future
 from torch_pjrt import runtime
 from torch_pjrt.device import tensor as pjrt_tensor
 from torch_pjrt.distributed import collectives, faults, functional
+from torch_pjrt.modes import capture, fused
 
 __all__ = ["PjrtProcessGroup", "create"]
 
@@ -232,7 +233,28 @@ class PjrtProcessGroup(dist.ProcessGroup):
     def _run(self, op: str, source: torch.Tensor, extra=None, name: str | None = None):
         self._agree(name or op, source, extra)
         index = source.device.index or 0
+        if fused.capturing and capture.active(index) is not None:
+            return self._record(op, source, index, extra, name or op)
         return collectives.run(op, pjrt_tensor.read(source), self._devices(index), extra)
+
+    def _record(self, op: str, source: torch.Tensor, index: int, extra, name: str):
+        """The collective as one op of a graph capture (``modes/capture.py``): the captured
+        graph becomes one rank's part of an SPMD program over the group's devices, and
+        its replay runs the collective inside the one program."""
+        if op not in ("all_reduce", "broadcast"):
+            fused.capture_refuse(index, f"runs the collective {name}, which cannot be captured")
+        import jax
+
+        from torch_pjrt.distributed import compiled
+
+        devices = self._devices(index)
+        capture.active(index).use_mesh(
+            devices, compiled.spmd_replay, compiled.to_global, compiled.to_local
+        )
+        value = pjrt_tensor.argument(source, True)
+        shape = jax.ShapeDtypeStruct(value.shape, value.dtype)
+        fn = collectives.per_rank(op, len(devices), extra)
+        return fused.record(fn, (value,), index, name, out=shape)
 
     @staticmethod
     def _one(name: str, tensors) -> torch.Tensor:
@@ -251,7 +273,9 @@ class PjrtProcessGroup(dist.ProcessGroup):
         kind = self._reduction("all_reduce", opts.reduceOp)
         t = self._one("all_reduce", tensors)
         self._check("all_reduce", [t], kind)
-        pjrt_tensor.write(t, self._run("all_reduce", t, kind))
+        # (a collective's result is a new array: the tensor owns it, and a graph replay
+        # may reuse its buffer)
+        pjrt_tensor.write(t, self._run("all_reduce", t, kind), owned=True)
         return _done(tensors)
 
     def allreduce_coalesced(self, tensors, opts=None):
@@ -326,7 +350,7 @@ class PjrtProcessGroup(dist.ProcessGroup):
             return self._gloo.broadcast(tensors, opts)
         t = self._one("broadcast", tensors)
         self._check("broadcast", [t])
-        pjrt_tensor.write(t, self._run("broadcast", t, int(opts.rootRank)))
+        pjrt_tensor.write(t, self._run("broadcast", t, int(opts.rootRank)), owned=True)
         return _done(tensors)
 
     def allgather(self, output_tensors, input_tensors, opts=None):

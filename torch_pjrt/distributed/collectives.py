@@ -19,7 +19,7 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-__all__ = ["AXIS", "body", "run", "sharding"]
+__all__ = ["AXIS", "body", "per_rank", "run", "sharding"]
 
 AXIS = _AXIS = "r"  # the mesh axis of a group's ranks
 
@@ -79,6 +79,19 @@ def body(op: str, n: int, extra):
 
         return all_to_all
     raise AssertionError(op)
+
+
+@functools.lru_cache(maxsize=256)
+def per_rank(op: str, n: int, extra):
+    """:func:`body` on one rank's array (no leading block axis), for a graph capture's
+    recording: valid only inside a shard_map over the group's mesh."""
+    block = body(op, n, extra)
+
+    def collective(x):
+        return block(x[None])[0]
+
+    collective.__name__ = op
+    return collective
 
 
 @functools.lru_cache(maxsize=1024)

@@ -18,7 +18,7 @@ import torch
 from torch_pjrt.distributed import collectives
 from torch_pjrt.ops.registry import lowers_in_graphs
 
-__all__ = ["collective_group", "is_collective", "to_global", "to_local"]
+__all__ = ["collective_group", "is_collective", "spmd_replay", "to_global", "to_local"]
 
 
 def _ops() -> dict:
@@ -106,6 +106,20 @@ def spmd(run, mesh_devices: tuple):
     return jax.shard_map(
         body, mesh=mesh, in_specs=(spec, spec, replicated), out_specs=spec, check_vma=False
     )
+
+
+def spmd_replay(run, mesh_devices: tuple):
+    """A captured graph's ``run(donated, kept)`` (one rank's part, ``modes/capture.py``)
+    as a shard_map over the group's mesh: every argument and result a global array
+    whose block i is rank i's."""
+    mesh = collectives.sharding(mesh_devices).mesh
+    spec = jax.sharding.PartitionSpec(collectives.AXIS)
+
+    def body(donated, kept):
+        outs = run([d[0] for d in donated], [k[0] for k in kept])
+        return [o[None] for o in outs]
+
+    return jax.shard_map(body, mesh=mesh, in_specs=(spec, spec), out_specs=spec, check_vma=False)
 
 
 # --- the lowerings (valid only inside spmd's trace: they name the mesh axis) ---------

@@ -178,6 +178,12 @@ CUDA_CALLS: dict[str, CudaCall] = {
         note="use torch.get_device_module(device).stream(...)",
     ),
     "set_stream": CudaCall(_STAND_IN, APPROX, _STAND_IN_NOTE),
+    # graphs: capture and replay (device/graphs.py)
+    "graph": CudaCall("torch.pjrt.graph", pjrt_note="captures the ops of every thread"),
+    "CUDAGraph": CudaCall("torch.pjrt.Graph", pjrt_note="its pool is a token pjrt ignores"),
+    "make_graphed_callables": CudaCall(),
+    "graph_pool_handle": CudaCall(),
+    "is_current_stream_capturing": CudaCall(),
     # mixed precision
     "amp.autocast": CudaCall(
         'torch.autocast("pjrt")',

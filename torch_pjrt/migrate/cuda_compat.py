@@ -320,7 +320,8 @@ def _on_pjrt(fn):
 def _cuda_targets() -> dict:
     """torch.cuda function -> what runs instead: torch.pjrt's function of the same name
     where the table says so (``CudaCall.pjrt`` None), else a stand-in below. (The classes
-    ``device``, ``Stream`` and ``Event`` and ``torch.cuda.amp`` are patched by install.)"""
+    ``device``, ``Stream``, ``Event``, ``graph`` and ``CUDAGraph`` and ``torch.cuda.amp``
+    are patched by install.)"""
     p = torch.pjrt
     t = {
         name: _on_pjrt(getattr(p, name))
@@ -525,6 +526,8 @@ def install(*, report_at_exit: bool = True) -> Receipt:
     _patch(cuda, "device", _counted_class("torch.cuda.device", torch.pjrt.device))
     _patch(cuda, "Event", _counted_class("torch.cuda.Event", streams.Event))
     _patch(cuda, "Stream", _counted_class("torch.cuda.Stream", Stream))
+    _patch(cuda, "graph", _counted_class("torch.cuda.graph", torch.pjrt.graph))
+    _patch(cuda, "CUDAGraph", _counted_class("torch.cuda.CUDAGraph", torch.pjrt.Graph))
     # every other public torch.cuda function: counted as unsupported, called unchanged
     for name in dir(cuda):
         fn = getattr(cuda, name)

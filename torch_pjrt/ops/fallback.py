@@ -20,6 +20,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from torch_pjrt.config import settings
+from torch_pjrt.modes import fused
 from torch_pjrt.runtime import events as metrics
 
 __all__ = ["LoweringMissing", "boxed", "declined", "run"]
@@ -74,6 +75,9 @@ def run(op, args: tuple, kwargs: dict, reason: str | None = None):
     if settings.fallback == "error":
         raise LoweringMissing(op, reason)
     name = str(op)
+    if fused.capturing:
+        why = "has no pjrt lowering" if reason is None else f"is not lowered for {reason}"
+        fused.capture_refuse(None, f"calls {name}, which {why} and would run on the CPU")
     metrics.fallback(name)
     if name not in _warned:
         _warned.add(name)

@@ -88,6 +88,8 @@ def _to_device(value: jax.Array, index: int) -> jax.Array:
 
 def _host_value(src: torch.Tensor, dtype: torch.dtype, shape, index: int) -> jax.Array:
     """A CPU tensor as a JAX array on pjrt:index, cast and broadcast to dtype and shape."""
+    if fused.capturing:
+        fused.capture_refuse(index, "copies a CPU tensor to the device")
     value = runtime.from_host(src.contiguous(), runtime.device(index))
     return cast_to(value, dtype, shape, index)
 

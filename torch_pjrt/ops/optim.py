@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import torch
 
 from torch_pjrt.config import settings
-from torch_pjrt.device.tensor import read, read_lazy, replace, write
+from torch_pjrt.device.tensor import argument, replace, write
 from torch_pjrt.modes import fused
 from torch_pjrt.ops._promote import opmath
 from torch_pjrt.ops.registry import implements
@@ -165,12 +165,17 @@ def _fused_adam(decoupled: bool):
 
 
 def _store(t: torch.Tensor, value) -> None:
-    if not replace(t, value):
-        write(t, value)
+    """Store a program's new value (each goes to one tensor, which owns it)."""
+    if not replace(t, value, owned=True):
+        write(t, value, owned=True)
 
 
 def _getter():
-    return read_lazy if settings.mode == "fused" else read
+    """How the kernels read their tensors: as program arguments (pending in fused mode),
+    so their storages keep owning the arrays they update."""
+    if settings.mode == "fused":
+        return functools.partial(argument, lazy=True)
+    return argument
 
 
 @functools.cache

@@ -425,7 +425,9 @@ class Kernel:
             if lazy:
                 try:
                     program = self.program.jitted(key)
-                    return fused.record(program, (arrays, scalars, rng), index, self.name), index
+                    inputs = (arrays, scalars, rng)
+                    out = fused.record(program, inputs, index, self.name, rng is not None)
+                    return out, index
                 except fused.Unfusable:  # an argument fused mode cannot record: run it now
                     arrays = fused.concrete(arrays)
                     scalars = [_device_scalar(v) for v in scalars]

@@ -1,0 +1,354 @@
+"""Capture and replay: the ops of a region recorded once, replayed as one XLA program.
+
+Between :func:`begin` and :meth:`Capture.end` every op of the device is recorded into
+its fused recording (whatever the mode), nothing runs, and nothing is flushed: a read
+of a value on the host is refused (:class:`CaptureError`, naming the user's line).
+Storage cells are the program's interface, as memory addresses are a CUDA graph's:
+
+- a cell read during the capture becomes an *input*: a pending value standing for
+  whatever array the cell holds when the graph is replayed;
+- a cell written during the capture becomes an *output*: each replay stores the
+  program's value into it (owned: the next replay may donate it);
+- numbers (an op's scalars, a CPU scalar tensor's value) are baked in, as a CUDA graph
+  bakes kernel arguments; random ops take fresh offsets on every replay.
+
+The capture itself changes nothing: cells get their values back at the end, and a cell
+made during the capture stays unwritten until the first replay (it reads as zeros, as
+fresh ``empty`` storage does; a CUDA graph's pool memory holds garbage). Such a cell read
+by a later capture (the backward graph of ``make_graphed_callables``) is an input of
+that one, with the shape it will have.
+
+The program, its inputs and its donations are those of a fused recording
+(``fused.replay_program``); the one executor runs it (``runtime.executor``).
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import jax
+import numpy as np
+
+from torch_pjrt import config
+from torch_pjrt.modes import fused
+from torch_pjrt.modes.fused import Pending
+from torch_pjrt.runtime import events as metrics
+from torch_pjrt.runtime import executor, platform
+from torch_pjrt.runtime.transfer import jax_dtype
+
+__all__ = ["Capture", "CaptureError", "Captured", "active", "begin"]
+
+
+class CaptureError(RuntimeError):
+    """Something a captured graph cannot do was asked for during its capture."""
+
+
+# flushes that only mark where a program could end (they do nothing in a capture)
+_BOUNDARIES = frozenset({"end of step", "optimizer step", "loop", "size cap"})
+
+_HOW = {
+    "host read": "reads a tensor's value on the host (.item(), .tolist(), .cpu(), print, "
+    "bool(t), or a shape that depends on values, such as nonzero or masked_select)",
+    "synchronize": "waits for the device (synchronize)",
+    "mode switch": "switches the execution mode",
+}
+_HOW["value needed"] = _HOW["host read"]
+
+# cells a captured graph writes that were made during its capture: unwritten until the
+# graph is replayed; their shape, for later captures that read them
+_unwritten: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+_active: dict = {}  # device index -> Capture
+
+
+def active(index: int | None = None):
+    """The capture under way (on device ``index``, or any), or None."""
+    if index is None:
+        return next(iter(_active.values()), None)
+    return _active.get(index)
+
+
+class Capture:
+    """A capture under way on one device (see the module docstring)."""
+
+    def __init__(self, index: int, rng_offset: int):
+        self.index = index
+        self.rng_offset = rng_offset  # the device's RNG offset when the capture began
+        self.line = metrics.user_line()
+        self.graph = fused._graph(index)
+        # cell -> (value, owned) before the capture. NOTE: weak: a cell that dies during
+        # the capture (an activation, a gradient set to None) is no output of the graph
+        self.saved: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self.inputs: dict = {}  # id(cell) -> the input slot standing for its value
+        self.input_cells: dict = {}  # id(cell) -> cell: a replay reads them (strong)
+        self.made: weakref.WeakSet = weakref.WeakSet()  # cells made during the capture
+        self.rng: list = []  # (seed slot, offset slot, offset) of each random op
+        # (devices, wrap, to_global, to_local) once a collective was recorded: the graph
+        # is then one rank's part of an SPMD program over the process group's devices
+        self.mesh = None
+
+    # --- what fused mode and the storage cells report ----------------------------------
+
+    def read(self, cell, value):
+        """``cell``'s value as this capture's ops see it: its input (pending) value."""
+        key = id(cell)
+        if key in self.inputs:  # (the cell's value was overwritten since: not an input)
+            return value
+        if value is None:  # unwritten: its value is whatever a replay finds there
+            if cell in self.made:  # (made by this capture: zeros, as fresh storage)
+                return None
+            aval = _unwritten.get(cell)
+            if aval is None:
+                aval = jax.core.ShapedArray((cell.size,), jax_dtype(cell.dtype))
+        else:
+            aval = value.aval
+        if cell not in self.saved:
+            self.saved[cell] = (value, cell.owned)
+        graph = self.graph
+        slot = len(graph.inputs)
+        graph.inputs.append(None)  # (the array is the cell's at each replay)
+        graph.input_sigs.append(aval)
+        self.inputs[key] = slot
+        self.input_cells[key] = cell
+        p = Pending(fused.shaped(aval), graph, slot)
+        cell._value = p
+        return p
+
+    def touch(self, cell, old, made: bool = False) -> None:
+        """``cell`` is about to be written (``old``: its value before; ``made``: it is
+        being made)."""
+        if cell not in self.saved:
+            self.saved[cell] = (old, cell.owned)
+        if made:
+            self.made.add(cell)
+
+    def use_mesh(self, devices: tuple, wrap, to_global, to_local) -> None:
+        """A collective over ``devices`` was recorded: replays run as SPMD programs,
+        ``wrap(run, devices)`` making one rank's replay function the group's (see
+        ``torch_pjrt.distributed.compiled``)."""
+        if self.mesh is None:
+            self.mesh = (devices, wrap, to_global, to_local)
+        elif self.mesh[0] != devices:
+            self.refuse("", "runs collectives of two process groups")
+
+    def refuse(self, reason: str, what: str | None = None) -> None:
+        """A flush for ``reason`` (or an operation ``what``) during the capture: a
+        program boundary does nothing; anything else ends the capture with an error."""
+        if what is None and reason in _BOUNDARIES:
+            return
+        how = what or _HOW.get(reason, f"needs a value on the host ({reason})")
+        error = CaptureError(
+            f"pjrt graph capture: the code at {metrics.user_line()} {how}, which a captured "
+            "graph cannot do: a replay runs on the device only, with no host work. Move it "
+            "out of the captured region (before capture_begin, or after replay()). The "
+            f"capture begun at {self.line} is abandoned."
+        )
+        self.abort(error)
+        raise error
+
+    # --- ending --------------------------------------------------------------------------
+
+    def _finish(self) -> None:
+        for cell, (value, owned) in list(self.saved.items()):
+            cell._value, cell.owned = value, owned
+        self.graph.capture = None
+        del _active[self.index]
+        fused.capturing -= 1
+        config.recording(False)
+
+    def abort(self, error: Exception | None = None) -> None:
+        """End the capture keeping nothing: every cell as it was before it began."""
+        if _active.get(self.index) is not self:
+            return
+        graph = self.graph
+        graph._drop(graph.nodes, error or CaptureError("the graph capture was abandoned"))
+        self._finish()
+
+    def end(self) -> Captured:
+        """End the capture: the graph to replay. Cells keep their values of before."""
+        graph = self.graph
+        nodes, sigs = graph.nodes, graph.input_sigs
+        wheres: dict = {}  # a value the program computes -> the cells it goes to
+        aliases, constants = [], []  # (cell, input slot), (cell, array) to store
+        inputs = self.inputs
+        for cell in list(self.saved.keys()):
+            key = id(cell)
+            v = cell._value
+            if v.__class__ is Pending and v.graph is graph and v.value is None:
+                where = v.where
+                if where.__class__ is int:
+                    if inputs.get(key) != where:
+                        aliases.append((cell, where))
+                else:
+                    wheres.setdefault(where, []).append(cell)
+            elif v is not None and v.__class__ is not Pending:
+                constants.append((cell, v))
+        outputs = tuple(wheres)
+        out_cells = [wheres[w] for w in outputs]
+        avals = [nodes[n][3][i].aval for n, i in outputs]
+        # an input cell the graph overwrites (a parameter, an optimizer state) whose
+        # value keeps its shape: its buffer may be reused for the new value
+        updatable = []
+        for (n, i), cells, aval in zip(outputs, out_cells, avals):
+            if len(cells) == 1:
+                slot = inputs.get(id(cells[0]))
+                if slot is not None and sigs[slot] == aval:
+                    updatable.append((slot, cells[0]))
+        cell_slots = {slot: self.input_cells[key] for key, slot in inputs.items()}
+        # numbers are baked into the program (a random op's seed and offset excepted)
+        rng_slots = {s for s, _, _ in self.rng} | {o for _, o, _ in self.rng}
+        baked = {
+            i: x
+            for i, (x, sig) in enumerate(zip(graph.inputs, sigs))
+            if sig.__class__ is type and i not in rng_slots
+        }
+        captured = Captured(
+            index=self.index,
+            nodes=tuple([node[:3] for node in nodes]),
+            sigs=tuple(sigs),
+            constants=list(graph.inputs),
+            baked=baked,
+            cell_slots=sorted(cell_slots.items()),
+            rng=[(s, o, offset - self.rng_offset) for s, o, offset in self.rng],
+            outputs=outputs,
+            out_cells=out_cells,
+            updatable=sorted(updatable, key=lambda u: u[0]),
+            aliases=aliases,
+            constant_writes=constants,
+            names=list(graph.names),
+            line=self.line,
+            mesh=self.mesh,
+        )
+        for cells, aval in zip(out_cells, avals):
+            for cell in cells:
+                if self.saved[cell][0] is None:  # made during the capture
+                    _unwritten[cell] = aval
+        graph._drop(
+            nodes, CaptureError("a value of a graph capture can be read after replay() only")
+        )
+        self._finish()
+        metrics.count("graph_captures")
+        return captured
+
+
+def begin(index: int, rng_offset: int) -> Capture:
+    """Start capturing the ops of device ``index`` (``rng_offset``: the device's RNG
+    offset now; random ops of the capture take offsets relative to it at replay)."""
+    if _active:
+        other = next(iter(_active.values()))
+        raise CaptureError(
+            f"pjrt graph capture: a capture is already under way (begun at {other.line}); "
+            "one capture may be under way at a time. End it (capture_end) first."
+        )
+    fused.flush_all("graph capture")
+    graph = fused._graph(index)
+    capture = Capture(index, rng_offset)
+    graph.capture = capture
+    _active[index] = capture
+    fused.capturing += 1
+    config.recording(True)
+    return capture
+
+
+def _on(x, device):
+    """A number (a random op's seed or offset) as an array on ``device``."""
+    if x.__class__ is int:
+        return jax.device_put(np.int64(x), device)
+    return x
+
+
+class Captured:
+    """A captured graph: one program over the cells it read and wrote."""
+
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+        self.random_ops = len(self.rng)
+        baked, mesh = self.baked, self.mesh
+        recorded = (self.nodes, self.sigs, self.outputs)
+
+        # NOTE: the program's key is the donated slots alone (the rest of a recording's
+        # key is this graph's, fixed): hashing the whole recording costs ~65 us a call
+        def build(donated):
+            key = (*recorded, donated)
+            if mesh is None:
+                return fused.replay_program(key, baked)
+            fn, donate = fused.replay_program(key, baked, inline=True)
+            return mesh[1](fn, mesh[0]), donate
+
+        self.program = executor.Program(
+            "captured",
+            f"the graph captured at {self.line}",
+            build,
+            lambda donated, traced: fused.describe_recording((*recorded, donated), traced),
+            placed=(lambda key: self.index) if mesh is None else None,
+        )
+        self.replays = 0
+        self._kept: dict = {}  # donated slots -> the other slots passed, in order
+
+    def arguments(self, seed: int = 0, offset: int = 0) -> list:
+        """Every input slot's value for a replay now: the cells' arrays, the baked
+        numbers, and the random ops' (seed, offset)."""
+        args = list(self.constants)
+        sigs = self.sigs
+        for slot, cell in self.cell_slots:
+            v = cell._value
+            if v is None or v.__class__ is Pending:
+                v = cell.materialize()
+            want = sigs[slot]
+            if v.shape != want.shape or v.dtype != want.dtype:
+                if v.size != want.size or v.dtype != want.dtype:
+                    raise RuntimeError(
+                        f"pjrt graph replay: a tensor the graph captured at {self.line} reads "
+                        f"holds {v.dtype}{list(v.shape)} now, but {want.dtype}"
+                        f"{list(want.shape)} when it was captured. A graph replays on the "
+                        "shapes it was captured with: copy_ new values into the captured "
+                        "tensors, or capture a graph for the new shape."
+                    )
+                v = v.reshape(want.shape)
+            args[slot] = v
+        for s, o, delta in self.rng:
+            args[s], args[o] = seed, offset + delta
+        return args
+
+    def replay(self, seed: int = 0, offset: int = 0) -> None:
+        """Run the graph once: its outputs are stored into the cells it writes."""
+        args = self.arguments(seed, offset)
+        donated = tuple([slot for slot, cell in self.updatable if cell.owned])
+        kept = self._kept.get(donated)
+        if kept is None:
+            gone = set(donated) | set(self.baked)
+            kept = self._kept[donated] = [i for i in range(len(args)) if i not in gone]
+        gone, rest = [args[i] for i in donated], [args[i] for i in kept]
+        mesh = self.mesh
+        if mesh is not None:  # every rank's arrays: blocks of global arrays
+            device = platform.device(self.index)
+            rest = [_on(x, device) for x in rest]
+            gone, rest = mesh[2](gone, mesh[0]), mesh[2](rest, mesh[0])
+        values = self.program(donated, gone, rest)
+        if mesh is not None:
+            values = [mesh[3](v) for v in values]
+        # (with nothing recorded on the device, an old value needs no release: a
+        # recording is the only thing that could donate it)
+        direct = not fused.pending_ops()
+        for cells, value in zip(self.out_cells, values):
+            if len(cells) != 1:  # one value, several storages: none owns it alone
+                for cell in cells:
+                    cell.array = value
+            elif direct:
+                cell = cells[0]
+                cell._value = value
+                cell.owned = True
+            else:
+                cells[0].own(value)
+        for cell, slot in self.aliases:
+            cell.array = args[slot]
+        for cell, value in self.constant_writes:
+            cell.array = value
+        self.replays += 1
+        metrics.count("graph_replays")
+
+    def lower(self):
+        """The lowered program (for ``Graph.debug_dump``)."""
+        args = self.arguments()
+        kept = [x for i, x in enumerate(args) if i not in self.baked]
+        return self.program.lower((), (), kept)
