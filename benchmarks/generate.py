@@ -20,11 +20,51 @@ Rows:
 ``pjrt compiled static``  ``cache_implementation="static"``, the forward compiled with
                           ``torch.compile(backend="pjrt")`` (transformers' own compile
                           path, ``CompileConfig(backend="pjrt", mode=None)``)
+``pjrt reduce-overhead static``  the same with ``CompileConfig(backend="pjrt",
+                          mode="reduce-overhead")``: each decoding graph is captured at
+                          its second call and replayed (``torch_pjrt/compile/replay.py``)
+``pjrt captured static``  ``torch_pjrt.mode("eager")``, a ``transformers.StaticCache``, no
+                          ``generate()``: the prompt is prefilled uncaptured, then one
+                          one-token decoding step (forward and argmax) is captured into a
+                          ``torch.pjrt.Graph`` and replayed per token, each replay one XLA
+                          program; between replays ``tokens.copy_(next_token)`` and a copy
+                          into a preallocated device buffer of the sequence, read once at
+                          the end (no host read per token)
 
 Columns: ``tok/s`` (median over ``--runs`` timed runs after one warm-up run, which
 compiles), ``first s`` (the warm-up run), ``x CPU`` (tok/s over CPU eager's), and
 whether the tokens equal CPU eager's. ``--threads`` pins CPU PyTorch's threads (1 by
 default: the machine is shared). The load average is printed at start and end.
+
+The captured row: the cache is allocated once (``early_initialization``) and written in
+place, so the graph's inputs and outputs (the cache's key and value tensors, its position
+counter, ``tokens``) are the same tensors in every run. Each run begins with
+``cache.reset()``, which zeroes them on the device, then prefills; the graph is captured
+once, in the warm-up run, after its prefill, and replayed unchanged by the timed runs (no
+recapture). The positions come from the cache's device-side counter
+(``cumulative_length``, advanced in place by the captured ``update``); this transformers
+has no ``cache_position`` argument. A timed run is what ``generate()`` is for the other
+rows: the reset, the prefill (the first new token), ``--new-tokens`` - 1 replays, and the
+read of the tokens. The row also prints the capture's seconds (in the warm-up run) and the
+host microseconds of one ``replay()`` call (median over the timed runs' replays).
+
+Below the table (when the captured row runs, or when no ``--variants`` are chosen), the
+one-token decoding step alone, in microseconds per step, against the same step written
+directly in JAX (``benchmarks/decode_jax.py``: jax.numpy, the HF model's weights converted
+with numpy, a static cache of shape (layers, 2, batch, heads, max_len, head_dim), one
+``jax.jit`` with the cache donated, the greedy argmax in it, the position a device scalar
+it advances). Both are timed the same way: the replay loop alone, after the prefill, from
+before its first step to after the device has finished its last (``--new-tokens`` - 1
+steps, no host read or wait in between), divided by the steps; the median over the timed
+runs. The captured loop is what the row runs per token (``replay()``, ``tokens.copy_``,
+the copy into the sequence's buffer), closed by one ``torch.pjrt.synchronize()``; the JAX
+loop is the jitted call per token (its output token fed back as the next input, kept in a
+list), closed by ``jax.block_until_ready``. The JAX step is checked first against the HF
+model on the CPU: its logits at every prompt position and the first 4 decoding steps (fed
+CPU eager's tokens) within 1e-4, and its greedy tokens (the prompt prefilled one token at
+a time through the step) equal CPU eager's. The ``call us host`` is one jitted call's host
+time (the counterpart of ``replay()``'s). The last line is captured / JAX, the target of
+issue 18 item 5 being at most 1.3x.
 """
 
 from __future__ import annotations
@@ -75,8 +115,8 @@ def generate(model, ids, new_tokens: int, **extra) -> torch.Tensor:
 def variants():
     from transformers import CompileConfig
 
-    def pjrt_compile_config():
-        config = CompileConfig(backend="pjrt", mode=None)  # (reduce-overhead is CUDA graphs)
+    def pjrt_compile_config(mode=None):
+        config = CompileConfig(backend="pjrt", mode=mode)
         # NOTE: transformers compiles by itself only on the device types it knows;
         # this flag of CompileConfig extends that to every device
         config._compile_all_devices = True
@@ -101,12 +141,27 @@ def variants():
             "eager",
             lambda: {"cache_implementation": "static", "compile_config": pjrt_compile_config()},
         ),
+        "pjrt reduce-overhead static": (
+            "pjrt",
+            "eager",
+            lambda: {
+                "cache_implementation": "static",
+                "compile_config": pjrt_compile_config("reduce-overhead"),
+            },
+        ),
+        "pjrt captured static": ("pjrt", "eager", CAPTURED),
     }
+
+
+CAPTURED = "captured"  # the row's extra: run_captured() rather than generate()
 
 
 def run(name, device, mode, extra, base, ids, new_tokens: int, runs: int) -> dict:
     model = base if device == "cpu" else build(base.config.vocab_size).to(device)
     x = ids.to(device)
+    if extra == CAPTURED:
+        with torch_pjrt.mode(mode), torch.no_grad():
+            return run_captured(model, x, new_tokens, runs)
     kwargs = extra() if callable(extra) else extra
     context = torch_pjrt.mode(mode) if mode else _null()
     with context:
@@ -120,6 +175,141 @@ def run(name, device, mode, extra, base, ids, new_tokens: int, runs: int) -> dic
             times.append(time.perf_counter() - start)
     median = statistics.median(times)
     return {"tok_s": new_tokens / median, "first_s": first, "tokens": tokens}
+
+
+def run_captured(model, x, new_tokens: int, runs: int) -> dict:
+    from transformers import StaticCache
+
+    config, (batch, prompt) = model.config, x.shape
+    length = prompt + new_tokens
+    cache = StaticCache(config=config, max_cache_len=length)
+    # allocated now, so that every run's reset() zeroes the same (device) tensors
+    cache.early_initialization(
+        batch, config.n_head, config.n_embd // config.n_head, torch.float32, x.device
+    )
+    out = torch.zeros(batch, length, dtype=torch.long, device=x.device)
+    out[:, :prompt].copy_(x)
+    tokens = torch.zeros(batch, 1, dtype=torch.long, device=x.device)  # the static input
+    graph, captured, replays, steps = torch.pjrt.Graph(), {}, [], []
+
+    def once(timed: bool) -> torch.Tensor:
+        cache.reset()
+        tokens.copy_(model(x, cache=cache).logits[:, -1:].argmax(-1))
+        out[:, prompt : prompt + 1].copy_(tokens)
+        if not captured:
+            start = time.perf_counter()
+            with torch.pjrt.graph(graph):
+                logits = model(tokens, cache=cache).logits
+                captured["next"] = logits[:, -1:].argmax(-1)
+            captured["s"] = time.perf_counter() - start
+        next_token = captured["next"]
+        loop = time.perf_counter()
+        for i in range(prompt + 1, length):
+            start = time.perf_counter()
+            graph.replay()
+            if timed:
+                replays.append(time.perf_counter() - start)
+            tokens.copy_(next_token)
+            out[:, i : i + 1].copy_(next_token)
+        if timed and length > prompt + 1:
+            torch.pjrt.synchronize()  # the replays' device work done, then the clock read
+            steps.append((time.perf_counter() - loop) / (length - prompt - 1))
+        return out.cpu()
+
+    start = time.perf_counter()
+    tokens_out = once(timed=False)
+    first = time.perf_counter() - start
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        again = once(timed=True)
+        times.append(time.perf_counter() - start)
+        if not torch.equal(again, tokens_out):
+            raise RuntimeError("a replayed run's tokens differ from the warm-up run's")
+    return {
+        "tok_s": new_tokens / statistics.median(times),
+        "first_s": first,
+        "tokens": tokens_out,
+        "capture_s": captured["s"],
+        "replay_us": statistics.median(replays) * 1e6 if replays else float("nan"),
+        "step_us": statistics.median(steps) * 1e6 if steps else float("nan"),
+    }
+
+
+def run_jax(base, ids, new_tokens: int, runs: int, check_steps: int = 4) -> dict:
+    """The one-token decoding step in plain JAX (``benchmarks/decode_jax.py``), on the
+    pjrt platform's first device: checked against the HF model on the CPU, then timed as
+    the captured row's replay loop is (see the module docstring)."""
+    import decode_jax
+    import jax
+    import numpy as np
+
+    config, (batch, prompt) = base.config, ids.shape
+    length = prompt + new_tokens
+    device = jax.devices(torch_pjrt.current_platform())[0]
+    params = jax.device_put(decode_jax.params_from(base), device)
+    step, logits_fn = decode_jax.compile_step(config), decode_jax.compile_logits(config)
+    prompt_ids = jax.device_put(ids.numpy().astype(np.int32), device)
+
+    # the check: the greedy tokens equal CPU eager's, and the logits of every position of
+    # the prompt and of the first ``check_steps`` decoding steps (fed CPU eager's tokens)
+    # equal the HF model's on the CPU within 1e-4
+    expected = generate(base, ids, new_tokens)
+    with torch.no_grad():
+        hf_logits = base(expected).logits[0].numpy()
+    cache, pos = decode_jax.empty_cache(config, batch, length, device), jnp_int(0, device)
+    fed = jax.device_put(expected.numpy().astype(np.int32), device)
+    ours = []
+    for i in range(prompt + check_steps):
+        logits, cache = logits_fn(params, cache, fed[:, i], pos)
+        ours.append(np.asarray(logits)[0])
+        pos = pos + 1
+    logit_diff = float(np.abs(np.stack(ours) - hf_logits[: prompt + check_steps]).max())
+    if logit_diff > 1e-4:
+        raise RuntimeError(f"the JAX step's logits differ from the HF model's by {logit_diff}")
+
+    def once():
+        cache = decode_jax.empty_cache(config, batch, length, device)
+        pos, token = jnp_int(0, device), None
+        for i in range(prompt):  # the prefill, one token at a time through the same step
+            token, cache, pos = step(params, cache, prompt_ids[:, i], pos)
+        out = [token]  # the new tokens, (batch,) each: joined after the loop
+        jax.block_until_ready(token)
+        loop, hosts = time.perf_counter(), []
+        for _ in range(prompt + 1, length):
+            start = time.perf_counter()
+            token, cache, pos = step(params, cache, token, pos)
+            hosts.append(time.perf_counter() - start)
+            out.append(token)
+        jax.block_until_ready(token)
+        per_step = (time.perf_counter() - loop) / max(length - prompt - 1, 1)
+        new = np.stack([np.asarray(t) for t in out], axis=1)
+        return np.concatenate([ids.numpy(), new], axis=1), per_step, hosts
+
+    start = time.perf_counter()
+    tokens, _, _ = once()
+    first = time.perf_counter() - start
+    steps, hosts = [], []
+    for _ in range(runs):
+        again, per_step, host = once()
+        steps.append(per_step)
+        hosts.extend(host)
+        if not np.array_equal(again, tokens):
+            raise RuntimeError("a timed run's tokens differ from the warm-up run's")
+    return {
+        "step_us": statistics.median(steps) * 1e6,
+        "host_us": statistics.median(hosts) * 1e6 if hosts else float("nan"),
+        "first_s": first,
+        "logit_diff": logit_diff,
+        "tokens_equal": bool(np.array_equal(tokens, expected.numpy())),
+    }
+
+
+def jnp_int(value: int, device):
+    import jax
+    import numpy as np
+
+    return jax.device_put(np.int32(value), device)
 
 
 class _null:
@@ -154,24 +344,51 @@ def main(argv: list[str] | None = None) -> int:
         chosen = {k: v for k, v in chosen.items() if k in args.variants.split(",")}
     results, reference = {}, None
     print(f"\nGPT-2 (4 layers, n_embd 128), prompt {args.prompt}, {args.new_tokens} new tokens")
-    print(f"  {'variant':22} {'tok/s':>8} {'first s':>8} {'x CPU':>6}  tokens")
+    print(f"  {'variant':27} {'tok/s':>8} {'first s':>8} {'x CPU':>6}  tokens")
     for name, (device, mode, extra) in chosen.items():
         try:
             r = run(name, device, mode, extra, base, ids, args.new_tokens, args.runs)
         except Exception as exc:  # noqa: BLE001  (a row that fails is reported, not fatal)
-            print(f"  {name:22} failed: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}")
+            print(f"  {name:27} failed: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}")
             continue
         if reference is None and name == "CPU eager":
             reference = r
         same = "?" if reference is None else str(torch.equal(r["tokens"], reference["tokens"]))
         ratio = r["tok_s"] / reference["tok_s"] if reference else float("nan")
-        print(f"  {name:22} {r['tok_s']:8.1f} {r['first_s']:8.2f} {ratio:6.2f}  equal: {same}")
+        line = f"  {name:27} {r['tok_s']:8.1f} {r['first_s']:8.2f} {ratio:6.2f}  equal: {same}"
+        if "capture_s" in r:
+            line += f"  (capture {r['capture_s']:.3f} s, replay() {r['replay_us']:.0f} us host)"
+        print(line)
         results[name] = {
             "tok_s": r["tok_s"],
             "first_s": r["first_s"],
             "x_cpu": ratio,
             "tokens_equal": same,
         }
+        for key in ("capture_s", "replay_us", "step_us"):
+            if key in r:
+                results[name][key] = r[key]
+    captured = results.get("pjrt captured static", {}).get("step_us")
+    if captured is not None or not args.variants:
+        print("\none-token decode step, us per step (replay loop alone, synchronized at its end)")
+        try:
+            j = run_jax(base, ids, args.new_tokens, args.runs)
+        except Exception as exc:  # noqa: BLE001
+            print(f"  plain JAX step failed: {type(exc).__name__}: {str(exc).splitlines()[0]}")
+        else:
+            print(
+                f"  {'plain JAX jit (donated)':27} {j['step_us']:8.1f}  (call {j['host_us']:.0f}"
+                f" us host; first {j['first_s']:.2f} s; tokens equal: {j['tokens_equal']}, "
+                f"logits max diff {j['logit_diff']:.1e})"
+            )
+            results["plain JAX decode step"] = j
+            if captured is not None:
+                ratio = captured / j["step_us"]
+                print(
+                    f"  {'pjrt captured static':27} {captured:8.1f}  captured / JAX "
+                    f"{ratio:.2f}x (target <= 1.3x: {'met' if ratio <= 1.3 else 'not met'})"
+                )
+                results["captured_over_jax"] = ratio
     print("\nload average at end: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

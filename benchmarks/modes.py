@@ -1,15 +1,18 @@
-"""A GPT training step and inference forward under torch_pjrt's three execution modes.
+"""A GPT training step and inference forward under torch_pjrt's three execution modes
+and captured into a ``torch.pjrt.Graph``.
 
 Usage::
 
     .venv/bin/python benchmarks/modes.py                                  # both workloads
     .venv/bin/python benchmarks/modes.py --workload overhead-bound --steps 30
     .venv/bin/python benchmarks/modes.py --variants "plain JAX,pjrt eager,pjrt fused"
+    .venv/bin/python benchmarks/modes.py --variants "plain JAX,pjrt fused,pjrt captured"
     .venv/bin/python benchmarks/modes.py --threads 1 --json /tmp/modes.json
 
 Workloads (``examples/gpt/model.py``, vocabulary 2048), each with two groups of rows:
 ``train`` (forward, ``loss.backward()``, ``torch.optim.AdamW(lr=1e-3)`` with default
-options, ``zero_grad(set_to_none=True)``) and ``inference`` (``torch.no_grad()``, logits).
+options but pjrt captured's ``capturable=True``, ``zero_grad(set_to_none=True)``) and
+``inference`` (``torch.no_grad()``, logits).
 
 ``compute-bound``   4 layers, n_embd 256, 4 heads, block 128; batch 8, sequence 128
 ``overhead-bound``  2 layers, n_embd 64, 2 heads, block 32; batch 1, sequence 32
@@ -22,30 +25,47 @@ Variants (rows):
 ``pjrt eager``    ``torch_pjrt.mode("eager")``: one cached XLA program per op, asynchronous
 ``pjrt fused``    ``torch_pjrt.mode("fused")``: recorded ops run as one XLA program at the
                   end of ``torch_pjrt.step()`` (or earlier, where a value is needed)
+``pjrt captured`` in ``torch_pjrt.mode("fused")``, AdamW made with ``capturable=True``
+                  (the same math): 2 ordinary pjrt steps (warm-up: the optimizer makes
+                  its state), then the step (inference: the forward under ``no_grad``)
+                  captured once into a ``torch.pjrt.Graph`` under ``torch.pjrt.graph``
+                  (loss or logits its static output); each step after is one
+                  ``replay()``, one XLA program with no per-op host work
 ``plain JAX``     ``compile_step.py``'s GPT in ``jax.numpy`` from the same parameters: one
                   ``jax.jit`` of forward, ``value_and_grad`` and AdamW with parameters and
                   optimizer state donated (inference: of the forward). The ceiling.
 
 A pjrt step is ``with torch_pjrt.step(): ...`` then ``torch.pjrt.synchronize()``, inside
-``torch_pjrt.mode(name)`` from moving the model to the last timed step; a JAX step ends
-in ``jax.block_until_ready``; CPU PyTorch is synchronous.
+``torch_pjrt.mode(name)`` from moving the model to the last timed step; a pjrt captured
+step is ``g.replay()`` then ``torch.pjrt.synchronize()``; a JAX step ends in
+``jax.block_until_ready``; CPU PyTorch is synchronous. Every row feeds the same ``x``,
+``y`` to every step (a captured step's static inputs are not refilled).
 
 Columns: ``median ms``, ``p10/p90 ms`` of the timed steps (default 10, after 3 warm-up
 steps counting the first; pjrt debug on compute-bound takes fewer, at least 3, where they
 would pass ~30 s, and says so); ``x JAX``, median / plain JAX's; ``first s``, the first
-step with any tracing and compiling (runs go plain JAX, CPU eager, CPU inductor, pjrt
-fused, eager, debug, train before inference: debug reuses the per-op programs of eager,
-inference those of train); ``RSS MiB``, the process's peak resident memory during the
-variant (peak reset before it via /proc/self/clear_refs, read with getrusage ru_maxrss)
-and ``+MiB`` over the RSS at that reset. RSS is a process number, not a device one:
+step with any tracing and compiling (pjrt captured: its 2 warm-up steps, the capture and
+the first replay; its 3 warm-up steps are that first one and 2 replays; runs go plain
+JAX, CPU eager, CPU inductor, pjrt fused, captured, eager, debug, train before
+inference: debug reuses the per-op programs of eager, inference those of train);
+``RSS MiB``, the process's peak resident memory during the variant (peak reset before
+it via /proc/self/clear_refs, read with getrusage ru_maxrss) and ``+MiB`` over the RSS
+at that reset. RSS is a process number, not a device one:
 ``dev MiB`` (``torch.pjrt.max_memory_allocated()``, JAX's ``peak_bytes_in_use``) shows
 only where the platform reports a peak; on JAX's CPU platform it does not.
 
 Below each group: first-step losses against plain JAX (within 1e-4 relative; inference
-compares the cross-entropy of the logits), pjrt fused's ``torch_pjrt.metrics`` over the
-timed loop and compilations per step (0 from the third step on), fused / eager, and the
-targets: compute-bound, fused <= 1.3x plain JAX; overhead-bound, fused >= 3x faster
-than eager and <= 2x plain JAX. The load average is printed at start and end: numbers
+compares the cross-entropy of the logits; pjrt captured's first step is its first
+uncaptured warm-up step, and its first replay, step 3, is checked against plain JAX's
+step 3), pjrt fused's ``torch_pjrt.metrics`` over the timed loop and compilations per
+step (0 from the third step on), fused / eager, pjrt captured's host microseconds per
+``replay()`` call (the call alone, without ``synchronize``; median over the timed steps)
+and capture time (the ``with torch.pjrt.graph(g)`` block), captured / fused, and the
+targets: compute-bound, fused <= 1.3x plain JAX (captured / plain JAX printed, no
+target); overhead-bound, fused >= 3x faster than eager and <= 2x plain JAX, captured <=
+1.2x plain JAX (issue 18). ``--json`` has every row's numbers (pjrt captured's
+``replay_host_us``, ``capture_s``; its ``warmup_losses`` are the 2 uncaptured steps' then
+the 3 warm-up replays'). The load average is printed at start and end: numbers
 from a busy machine are noisy, and there PyTorch's CPU threads can stall for 100s of ms
 a step (large CPU medians or p90s); ``--threads 1`` avoids that.
 """
@@ -79,10 +99,27 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import compile_step as cs  # noqa: E402
 from compile_step import GPT, WORKLOADS  # noqa: E402
 
-VARIANTS = ("CPU eager", "CPU inductor", "pjrt debug", "pjrt eager", "pjrt fused", "plain JAX")
-RUN_ORDER = ("plain JAX", "CPU eager", "CPU inductor", "pjrt fused", "pjrt eager", "pjrt debug")
+VARIANTS = (
+    "CPU eager",
+    "CPU inductor",
+    "pjrt debug",
+    "pjrt eager",
+    "pjrt fused",
+    "pjrt captured",
+    "plain JAX",
+)
+RUN_ORDER = (
+    "plain JAX",
+    "CPU eager",
+    "CPU inductor",
+    "pjrt fused",
+    "pjrt captured",
+    "pjrt eager",
+    "pjrt debug",
+)
 KINDS = ("train", "inference")
 WARMUP = 3
+CAPTURE_WARMUP = 2  # ordinary pjrt steps before the capture (< WARMUP: see print_table)
 DEBUG_BUDGET_S = 30.0
 LOSS_RTOL = 1e-4
 FUSED_KEYS = ("fused_compilations", "fused_flushes", "fused_ops", "compilations", "host_syncs")
@@ -117,8 +154,10 @@ def to_pjrt(model: GPT) -> GPT:
     return model
 
 
-def torch_step(kind: str, model: torch.nn.Module, x, y, backend: str | None) -> Callable:
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+def torch_step(
+    kind: str, model: torch.nn.Module, x, y, backend: str | None, capturable: bool = False
+) -> Callable:
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, capturable=capturable)
 
     def train():
         _, loss = model(x, y)
@@ -146,6 +185,32 @@ def pjrt_step(step: Callable) -> Callable:
         return out
 
     return run
+
+
+def captured_step(kind: str, model: torch.nn.Module, x, y) -> tuple[Callable, dict]:
+    """The step captured into a ``torch.pjrt.Graph``: the first call runs
+    ``CAPTURE_WARMUP`` ordinary pjrt steps (the optimizer makes its state), the capture
+    and the first replay; every call after, one ``replay()`` then ``synchronize()``.
+    The dict collects the warm-up steps' outputs, the capture's seconds and each
+    ``replay()`` call's host seconds."""
+    step = torch_step(kind, model, x, y, None, capturable=True)
+    graph, static = torch.pjrt.Graph(), []
+    info: dict[str, Any] = {"warmup_outputs": [], "capture_s": None, "replay_s": []}
+
+    def run():
+        if not static:
+            info["warmup_outputs"] = [pjrt_step(step)() for _ in range(CAPTURE_WARMUP)]
+            t0 = time.perf_counter()
+            with torch.pjrt.graph(graph):
+                static.append(step())
+            info["capture_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        graph.replay()
+        info["replay_s"].append(time.perf_counter() - t0)
+        torch.pjrt.synchronize()
+        return static[0]
+
+    return run, info
 
 
 def jax_step(kind: str, base: GPT, x: torch.Tensor, y: torch.Tensor) -> Callable:
@@ -233,6 +298,15 @@ def run_variant(variant: str, kind: str, base: GPT, x, y, n: int, workload: str)
     elif variant.startswith("CPU"):
         backend = "inductor" if variant == "CPU inductor" else None
         r = measure(torch_step(kind, copy.deepcopy(base), x, y, backend), value, n)
+    elif variant == "pjrt captured":
+        with torch_pjrt.mode("fused"):
+            torch.pjrt.reset_peak_memory_stats()
+            model = to_pjrt(copy.deepcopy(base))
+            step, info = captured_step(kind, model, x.to("pjrt"), y.to("pjrt"))
+            r = measure(step, value, n)
+            r["warmup_losses"][:0] = [value(out) for out in info["warmup_outputs"]]
+        r["capture_s"] = info["capture_s"]
+        r["replay_host_us"] = statistics.median(info["replay_s"][-r["steps"] :]) * 1e6
     else:
         mode = variant.split()[1]
         budget = DEBUG_BUDGET_S if mode == "debug" and workload == "compute-bound" else None
@@ -309,7 +383,26 @@ def print_table(results: dict, errors: dict, n: int) -> dict:
             rel = abs(loss - ref) / abs(ref)
             checks[v] = {"loss": loss, "rel_diff": rel, "ok": rel <= LOSS_RTOL}
             ok = "ok" if rel <= LOSS_RTOL else f"FAIL (> {LOSS_RTOL:g})"
-            print(f"  first-step loss, {v:<12}: {loss:.7f}  rel diff {rel:.1e}  {ok}")
+            print(f"  first-step loss, {v:<13}: {loss:.7f}  rel diff {rel:.1e}  {ok}")
+    if "pjrt captured" in results:
+        # its first step is an uncaptured warm-up; its first replay is step
+        # CAPTURE_WARMUP + 1, checked against plain JAX's step of that number
+        i = CAPTURE_WARMUP
+        ref = results["plain JAX"]["warmup_losses"][i]
+        loss = results["pjrt captured"]["warmup_losses"][i]
+        rel = abs(loss - ref) / abs(ref)
+        checks["pjrt captured, first replay"] = {
+            "step": i + 1,
+            "loss": loss,
+            "plain_jax_loss": ref,
+            "rel_diff": rel,
+            "ok": rel <= LOSS_RTOL,
+        }
+        ok = "ok" if rel <= LOSS_RTOL else f"FAIL (> {LOSS_RTOL:g})"
+        print(
+            f"  step-{i + 1} loss, plain JAX {ref:.7f}, pjrt captured's first replay "
+            f"{loss:.7f}  rel diff {rel:.1e}  {ok}"
+        )
     return checks
 
 
@@ -327,16 +420,33 @@ def print_fused(fused: dict, ms: dict) -> None:
         print(f"  fused / eager: {ratio:.3f} (fused {1 / ratio:.2f}x faster than eager)")
 
 
+def print_captured(captured: dict, ms: dict) -> None:
+    host = f"{captured['replay_host_us']:.0f} us host per replay() call"
+    print(
+        f"  pjrt captured: {host} (median over the {captured['steps']} timed steps, "
+        f"without synchronize), capture {captured['capture_s'] * 1e3:.1f} ms"
+    )
+    if "pjrt fused" in ms:
+        ratio = ms["pjrt captured"] / ms["pjrt fused"]
+        print(f"  captured / fused: {ratio:.3f} (captured {1 / ratio:.2f}x faster than fused)")
+
+
 def print_targets(workload: str, results: dict) -> dict:
     ms = {v: r["median_ms"] for v, r in results.items()}
     if "pjrt fused" in results:
         print_fused(results["pjrt fused"], ms)
+    if "pjrt captured" in results:
+        print_captured(results["pjrt captured"], ms)
     wanted = [("fused <= 1.3x plain JAX", "pjrt fused", "plain JAX", 1.3)]
     if workload == "overhead-bound":
         wanted = [
             ("fused >= 3x faster than eager", "pjrt fused", "pjrt eager", 1 / 3),
             ("fused <= 2x plain JAX", "pjrt fused", "plain JAX", 2.0),
+            ("captured <= 1.2x plain JAX", "pjrt captured", "plain JAX", 1.2),
         ]
+    elif "pjrt captured" in ms and "plain JAX" in ms:
+        ratio = ms["pjrt captured"] / ms["plain JAX"]
+        print(f"  pjrt captured / plain JAX = {ratio:.2f} (no target on this workload)")
     targets = {}
     for label, a, b, limit in wanted:
         if a not in ms or b not in ms:
