@@ -43,58 +43,84 @@ OPTIMIZERS = {
 }
 
 
+def _train(make, data, captured: bool):
+    """Train on ``data`` with the step ``make()`` returns (``(model, step, sx, sy,
+    after)``): one warm-up step uncaptured (it makes the optimizer's state), then the
+    other batches uncaptured, or as replays of the step captured once. ``after`` runs
+    after each step (a scheduler). Returns the losses, the parameters and, captured,
+    the metrics over the replays."""
+    model, step, sx, sy, after = make()
+    sx.copy_(data[0][0])
+    sy.copy_(data[0][1])
+    losses = [step().item()]
+    after()
+    if captured:
+        g = torch.pjrt.Graph()
+        with torch.pjrt.graph(g):
+            static_loss = step()
+        metrics.reset()
+    for x, y in data[1:]:
+        sx.copy_(x)
+        sy.copy_(y)
+        if captured:
+            g.replay()
+            losses.append(static_loss.item())
+        else:
+            losses.append(step().item())
+        after()
+    counts = metrics.as_dict() if captured else None
+    return losses, [p.detach().cpu() for p in model.parameters()], counts
+
+
+def _captured_matches_uncaptured(make, data) -> dict:
+    """:func:`_train` both ways: losses and parameters agree; the replays' metrics."""
+    losses0, params0, _ = _train(make, data, False)
+    losses1, params1, counts = _train(make, data, True)
+    _close(torch.tensor(losses1), torch.tensor(losses0))
+    for a, b in zip(params1, params0):
+        _close(a, b)
+    return counts
+
+
+def _mse_step(model, opt, forward=None, scaler=None):
+    """A training step of ``model`` on static inputs (``forward``: a compiled model)."""
+    sx, sy = torch.zeros(5, 8, device=DEV), torch.zeros(5, 4, device=DEV)
+    forward = forward or model
+
+    def step():
+        loss = F.mse_loss(forward(sx), sy)
+        if scaler is None:
+            loss.backward()
+            opt.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    return step, sx, sy
+
+
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
 def test_training_step_replays_as_one_program(name):
     """Forward, backward, optimizer step and zero_grad captured once; each replay is one
     program (compiled once) and gives the losses and parameters of uncaptured steps."""
-    base, data = _mlp(), _batches(6)
-    results = []
-    for captured in (False, True):
+    base = _mlp()
+
+    def make():
         model = copy.deepcopy(base).to(DEV)
         opt = OPTIMIZERS[name](model.parameters())
-        sched = None
+        after = lambda: None  # noqa: E731
         if name == "adamw-tensor-lr":  # a scheduler writing the tensor lr between replays
-            sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
-        sx, sy = torch.zeros(5, 8, device=DEV), torch.zeros(5, 4, device=DEV)
+            after = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5).step
+        return model, *_mse_step(model, opt), after
 
-        def step():
-            loss = F.mse_loss(model(sx), sy)
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            return loss
-
-        sx.copy_(data[0][0])
-        sy.copy_(data[0][1])
-        losses = [step().item()]  # warm-up, uncaptured (makes the optimizer's state)
-        if sched:
-            sched.step()
-        if captured:
-            g = torch.pjrt.Graph()
-            with torch.pjrt.graph(g):
-                static_loss = step()
-            metrics.reset()
-        for x, y in data[1:]:
-            sx.copy_(x)
-            sy.copy_(y)
-            if captured:
-                g.replay()
-                losses.append(static_loss.item())
-            else:
-                losses.append(step().item())
-            if sched:
-                sched.step()
-        if captured:
-            m = metrics.as_dict()
-            assert m["graph_replays"] == 5
-            assert m["compilations"] == 1, m.get("captured_compile_causes")
-            # nothing ran beside the replays (but the scheduler's writes of the lr)
-            assert m.get("fused_executions", 0) == (4 if sched else 0)
-        results.append((losses, [p.detach().cpu() for p in model.parameters()]))
-    (losses0, params0), (losses1, params1) = results
-    _close(torch.tensor(losses1), torch.tensor(losses0))
-    for a, b in zip(params1, params0):
-        _close(a, b)
+    m = _captured_matches_uncaptured(make, _batches(6))
+    assert m["graph_replays"] == 5
+    assert m["compilations"] == 1, m.get("captured_compile_causes")
+    # nothing ran beside the replays (but the scheduler's writes of the lr)
+    assert m.get("fused_executions", 0) == (4 if name == "adamw-tensor-lr" else 0)
 
 
 def test_capture_runs_nothing_and_replay_updates_in_place():
@@ -350,83 +376,31 @@ def test_reduce_overhead_replays_inference_graphs():
 def test_grad_scaler_step_with_a_fused_optimizer():
     """GradScaler's scale, unscale-and-check (inside fused AdamW) and update, captured:
     the losses and the scale of uncaptured steps."""
-    base, data = _mlp(), _batches(6)
-    results = []
-    for captured in (False, True):
+    base, scalers = _mlp(), []
+
+    def make():
         model = copy.deepcopy(base).to(DEV)
         opt = torch.optim.AdamW(model.parameters(), lr=0.01, fused=True)
         scaler = torch.amp.GradScaler(DEV, init_scale=2.0**10, growth_interval=2)
-        sx, sy = torch.zeros(5, 8, device=DEV), torch.zeros(5, 4, device=DEV)
+        scalers.append(scaler)
+        return model, *_mse_step(model, opt, scaler=scaler), lambda: None
 
-        def step():
-            loss = F.mse_loss(model(sx), sy)
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
-            opt.zero_grad(set_to_none=True)
-            return loss
-
-        sx.copy_(data[0][0])
-        sy.copy_(data[0][1])
-        losses = [step().item()]
-        if captured:
-            g = torch.pjrt.Graph()
-            with torch.pjrt.graph(g):
-                static_loss = step()
-        for x, y in data[1:]:
-            sx.copy_(x)
-            sy.copy_(y)
-            if captured:
-                g.replay()
-                losses.append(static_loss.item())
-            else:
-                losses.append(step().item())
-        results.append((losses, scaler.get_scale()))
-    (losses0, scale0), (losses1, scale1) = results
-    _close(torch.tensor(losses1), torch.tensor(losses0))
-    assert scale1 == scale0 == 2.0**10 * 2**3  # grown every 2 clean steps
+    _captured_matches_uncaptured(make, _batches(6))
+    # grown every 2 clean steps, the same with and without the capture
+    assert [s.get_scale() for s in scalers] == [2.0**10 * 2**3] * 2
 
 
 def test_a_compiled_model_is_captured_inside_a_step():
     """A torch.compile'd model inside a captured step: its forward and backward graphs
     are recorded into the capture; the replays train as uncaptured compiled steps do."""
     torch._dynamo.reset()
-    base, data = _mlp(), _batches(5)
-    results = []
-    for captured in (False, True):
+    base = _mlp()
+
+    def make():
         model = copy.deepcopy(base).to(DEV)
-        compiled = torch.compile(model, backend="pjrt")
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-        sx, sy = torch.zeros(5, 8, device=DEV), torch.zeros(5, 4, device=DEV)
+        compiled = torch.compile(model, backend="pjrt")
+        return model, *_mse_step(model, opt, compiled), lambda: None
 
-        def step():
-            loss = F.mse_loss(compiled(sx), sy)
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            return loss
-
-        sx.copy_(data[0][0])
-        sy.copy_(data[0][1])
-        losses = [step().item()]
-        if captured:
-            g = torch.pjrt.Graph()
-            with torch.pjrt.graph(g):
-                static_loss = step()
-            metrics.reset()
-        for x, y in data[1:]:
-            sx.copy_(x)
-            sy.copy_(y)
-            if captured:
-                g.replay()
-                losses.append(static_loss.item())
-            else:
-                losses.append(step().item())
-        if captured:
-            m = metrics.as_dict()
-            assert m["compilations"] == 1 and m.get("graph_executions", 0) == 0
-        results.append((losses, [p.detach().cpu() for p in model.parameters()]))
-    (losses0, params0), (losses1, params1) = results
-    _close(torch.tensor(losses1), torch.tensor(losses0))
-    for a, b in zip(params1, params0):
-        _close(a, b)
+    m = _captured_matches_uncaptured(make, _batches(5))
+    assert m["compilations"] == 1 and m.get("graph_executions", 0) == 0

@@ -498,6 +498,11 @@ class GraphProgram:
                 cell.own(value)
             else:
                 write(args[p], value, owned=True)
+        return self._results(outs, key, args, index)
+
+    def _results(self, outs, key, args, index: int) -> list:
+        """The graph's outputs as tensors (arrays or a capture's pending values): static
+        outputs as recorded at trace time, strided ones in their layouts."""
         record = self._static_outputs[key]
         results = []
         values = None
@@ -510,7 +515,7 @@ class GraphProgram:
                 if values is None:  # this call's symbol values
                     values = self._symbol_values(args)
                 layout = _concrete(layout, values, a.shape)
-            # (a program's results are new arrays, each its tensor's own: tensor.Cell)
+            # (a program's results are new values, each its tensor's own: tensor.Cell)
             results.append(
                 wrap(a, index, True) if layout is None else _wrap_strided(a, layout, index)
             )
@@ -559,19 +564,7 @@ class GraphProgram:
         outs, new_values = fused.record(program, ((), arrays, rng), index, self.name, random)
         for p, value in zip(self.mutated_positions, new_values):
             write(args[p], value, owned=True)
-        record = self._static_outputs[key]
-        results = []
-        for i, a in enumerate(outs):
-            if a is None:
-                results.append(record[i])
-                continue
-            layout = self.layouts.get(i)
-            if layout is not None:
-                layout = _concrete(layout, self._symbol_values(args), a.shape)
-            results.append(
-                wrap(a, index, True) if layout is None else _wrap_strided(a, layout, index)
-            )
-        return results
+        return self._results(outs, key, args, index)
 
     def _symbol_values(self, args) -> dict:
         values = {}

@@ -388,15 +388,73 @@ def _flat_index(shape, strides):
     return idx
 
 
+def _box(shape, strides):
+    """How to read a strided view as slices, reshapes and a transpose rather than a
+    gather, when it is one: ``(order, sizes, strides, pad)`` or None.
+
+    The dims that matter (size > 1, stride > 0) sorted by stride, largest first
+    (``order``), read as a prefix of each dim of a row-major box whose dim sizes are the
+    ratios of consecutive strides (each must divide the one before, and a dim must fit
+    in its box dim: views that overlap are gathered). The box spans ``sizes[0] *
+    strides[0]`` elements from the offset: the ``reach`` elements the view touches, then
+    ``pad`` zeros. A view that touches few of the elements it spans (a column of a wide
+    matrix) is gathered too: reading the span would cost more."""
+    dims = [d for d in range(len(shape)) if shape[d] > 1 and strides[d] > 0]
+    if not dims:
+        return None
+    order = sorted(dims, key=lambda d: -strides[d])
+    sizes = [shape[d] for d in order]
+    steps = [strides[d] for d in order]
+    for i in range(1, len(order)):
+        if steps[i - 1] % steps[i] or sizes[i] > steps[i - 1] // steps[i]:
+            return None
+    reach = sum((n - 1) * st for n, st in zip(sizes, steps)) + 1
+    span = sizes[0] * steps[0]
+    if span > 4 * math.prod(sizes):
+        return None
+    return tuple(order), tuple(sizes), tuple(steps), reach, span - reach
+
+
+def _span(flat, offset, box):
+    """The ``box`` of a view at ``offset`` of ``flat``, as its row-major block."""
+    order, sizes, steps, reach, pad = box
+    span = jax.lax.dynamic_slice(flat, (offset,), (reach,))
+    if pad:
+        span = jnp.concatenate([span, jnp.zeros((pad,), flat.dtype)])
+    dims = (sizes[0],) + tuple(steps[i - 1] // steps[i] for i in range(1, len(steps)))
+    return span.reshape(dims + (steps[-1],))
+
+
+def _read_box(flat, offset, shape, box):
+    """The view ``(shape, strides)`` at ``offset`` of ``flat`` read through ``box``."""
+    order, sizes = box[0], box[1]
+    block = _span(flat, offset, box)
+    block = block[(slice(None),) + tuple(slice(0, n) for n in sizes[1:]) + (0,)]
+    # the box's dims are the view's sorted ones: put them in the view's order, then
+    # the size-1 dims and the broadcast (stride-0) ones
+    rank = len(order)
+    perm = sorted(range(rank), key=lambda i: order[i])
+    block = jnp.transpose(block, perm) if perm != list(range(rank)) else block
+    kept = sorted(order)
+    full = [shape[d] if d in kept else 1 for d in range(len(shape))]
+    return jnp.broadcast_to(block.reshape(full), shape)
+
+
 # NOTE: the storage offset is an argument of the programs, not part of their key, so
 # walking a tensor (x[i] for i in range(n)) reuses one program.
 @functools.lru_cache(maxsize=4096)
 def _gather_fn(shape, strides):
     numel = math.prod(shape)
+    box = None if _is_contiguous(shape, strides) else _box(shape, strides)
     if _is_contiguous(shape, strides):
 
         def gather(a, offset):
             return jax.lax.dynamic_slice(a.reshape(-1), (offset,), (numel,)).reshape(shape)
+
+    elif box is not None:  # slices, a transpose, a broadcast: no gather
+
+        def gather(a, offset):
+            return _read_box(a.reshape(-1), offset, shape, box)
 
     else:
 
@@ -406,12 +464,29 @@ def _gather_fn(shape, strides):
     return jax.jit(gather)
 
 
+def _write_box(flat, v, offset, shape, box):
+    """``flat`` with the view ``(shape, strides)`` at ``offset`` set to ``v``, through
+    ``box`` (:func:`_box`; the view does not overlap itself): updates of slices."""
+    order, reach = box[0], box[3]
+    block = _span(flat, offset, box)
+    kept = sorted(order)
+    part = jnp.transpose(v.reshape([shape[d] for d in kept]), [kept.index(d) for d in order])
+    block = jax.lax.dynamic_update_slice(block, part[..., None], (0,) * block.ndim)
+    return jax.lax.dynamic_update_slice(flat, block.reshape(-1)[:reach], (offset,))
+
+
 @functools.lru_cache(maxsize=4096)
 def _scatter_fn(shape, strides):
+    box = None if _is_contiguous(shape, strides) else _box(shape, strides)
     if _is_contiguous(shape, strides):
 
         def scatter(a, v, offset):
             return jax.lax.dynamic_update_slice(a.reshape(-1), v.reshape(-1), (offset,))
+
+    elif box is not None:  # updates of slices: no scatter
+
+        def scatter(a, v, offset):
+            return _write_box(a.reshape(-1), v.astype(a.dtype), offset, shape, box)
 
     else:
 
