@@ -386,13 +386,7 @@ class GraphProgram:
     def arguments(self, args):
         """(donated arrays, other arrays, statics, device index, kinds, cells) of a call;
         cells maps a donated argument's position to its storage cell."""
-        index = None
-        for a in args:
-            if isinstance(a, torch.Tensor) and not a.is_cpu:
-                index = a.get_device()
-                break
-        if index is None:
-            index = pjrt_random.current_device()
+        index = _device_of(args)
         values, candidates = [], {}
         mutated = self.mutated
         for i, a in enumerate(args):
@@ -525,10 +519,7 @@ class GraphProgram:
         """The graph as one op of a graph capture (``modes/capture.py``): its program is
         recorded with the capture's pending values as arguments, its outputs are pending
         values, and the inputs it mutates are written (recorded too)."""
-        index = next(
-            (a.get_device() for a in args if isinstance(a, torch.Tensor) and not a.is_cpu),
-            pjrt_random.current_device(),
-        )
+        index = _device_of(args)
         why = None
         if self.declined is not None:
             why = f"a lowering declines its arguments ({self.declined.reason or self.declined})"
@@ -740,6 +731,14 @@ def _describe_padded(key, traced) -> list:
         ("padding of saved activations", input_factors),
         *((f"input {i}", a) for i, a in enumerate(avals)),
     ]
+
+
+def _device_of(args) -> int:
+    """The device a call runs on: its first device tensor's, else the current one."""
+    for a in args:
+        if isinstance(a, torch.Tensor) and not a.is_cpu:
+            return a.get_device()
+    return pjrt_random.current_device()
 
 
 def _static(a):

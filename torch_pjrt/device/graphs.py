@@ -293,19 +293,22 @@ def _graph_one(fn, sample_args, warmup: int, allow_unused: bool):
     surface = tuple(flat_args) + params  # what the graph reads
     wants_grad = [t.requires_grad for t in surface]
 
-    def grads_of(outputs):
+    ins = [t for t, w in zip(surface, wants_grad) if w]
+
+    def grads_of(outputs, grad_outputs=None):
+        """The gradients of the surface's tensors that want them (``grad_outputs``: of
+        the outputs that need grad; ones when None)."""
         outs = [o for o in outputs if o.requires_grad]
-        ins = [t for t, w in zip(surface, wants_grad) if w]
         if not outs or not ins:
-            return outs, ()
-        grad_outs = [torch.ones_like(o) for o in outs]
-        return outs, torch.autograd.grad(
-            outs, ins, grad_outputs=grad_outs, only_inputs=True, allow_unused=allow_unused
+            return ()
+        if grad_outputs is None:
+            grad_outputs = [torch.ones_like(o) for o in outs]
+        return torch.autograd.grad(
+            outs, ins, grad_outputs=grad_outputs, only_inputs=True, allow_unused=allow_unused
         )
 
     for _ in range(warmup):
-        outputs = _pytree.tree_leaves(fn(*sample_args))
-        grads_of(outputs)
+        grads_of(_pytree.tree_leaves(fn(*sample_args)))
     fwd = Graph()
     with graph(fwd):
         static_out = fn(*sample_args)
@@ -313,21 +316,9 @@ def _graph_one(fn, sample_args, warmup: int, allow_unused: bool):
     flat_out = tuple(flat_out)
     needs = [o.requires_grad for o in flat_out]
     static_grad_out = tuple(torch.empty_like(o) if w else None for o, w in zip(flat_out, needs))
-    ins = [t for t, w in zip(surface, wants_grad) if w]
     bwd = Graph()
     with graph(bwd):
-        outs = [o for o, w in zip(flat_out, needs) if w]
-        grads = (
-            torch.autograd.grad(
-                outs,
-                ins,
-                grad_outputs=[g for g in static_grad_out if g is not None],
-                only_inputs=True,
-                allow_unused=allow_unused,
-            )
-            if outs and ins
-            else ()
-        )
+        grads = grads_of(flat_out, [g for g in static_grad_out if g is not None])
     grads = iter(grads)
     static_grad_in = tuple(next(grads) if w else None for w in wants_grad)
     n_args = len(flat_args)

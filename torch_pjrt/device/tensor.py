@@ -445,8 +445,9 @@ def _read_box(flat, offset, shape, box):
 @functools.lru_cache(maxsize=4096)
 def _gather_fn(shape, strides):
     numel = math.prod(shape)
-    box = None if _is_contiguous(shape, strides) else _box(shape, strides)
-    if _is_contiguous(shape, strides):
+    contiguous = _is_contiguous(shape, strides)
+    box = None if contiguous else _box(shape, strides)
+    if contiguous:
 
         def gather(a, offset):
             return jax.lax.dynamic_slice(a.reshape(-1), (offset,), (numel,)).reshape(shape)
@@ -477,8 +478,9 @@ def _write_box(flat, v, offset, shape, box):
 
 @functools.lru_cache(maxsize=4096)
 def _scatter_fn(shape, strides):
-    box = None if _is_contiguous(shape, strides) else _box(shape, strides)
-    if _is_contiguous(shape, strides):
+    contiguous = _is_contiguous(shape, strides)
+    box = None if contiguous else _box(shape, strides)
+    if contiguous:
 
         def scatter(a, v, offset):
             return jax.lax.dynamic_update_slice(a.reshape(-1), v.reshape(-1), (offset,))

@@ -79,8 +79,9 @@ class Capture:
         # cell -> (value, owned) before the capture. NOTE: weak: a cell that dies during
         # the capture (an activation, a gradient set to None) is no output of the graph
         self.saved: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-        self.inputs: dict = {}  # id(cell) -> the input slot standing for its value
-        self.input_cells: dict = {}  # id(cell) -> cell: a replay reads them (strong)
+        # id(cell) -> (the input slot standing for its value, the cell): a replay reads
+        # these cells (held strongly)
+        self.inputs: dict = {}
         self.made: weakref.WeakSet = weakref.WeakSet()  # cells made during the capture
         self.rng: list = []  # (seed slot, offset slot, offset) of each random op
         # (devices, wrap, to_global, to_local) once a collective was recorded: the graph
@@ -108,8 +109,7 @@ class Capture:
         slot = len(graph.inputs)
         graph.inputs.append(None)  # (the array is the cell's at each replay)
         graph.input_sigs.append(aval)
-        self.inputs[key] = slot
-        self.input_cells[key] = cell
+        self.inputs[key] = (slot, cell)
         p = Pending(fused.shaped(aval), graph, slot)
         cell._value = p
         return p
@@ -177,7 +177,7 @@ class Capture:
             if v.__class__ is Pending and v.graph is graph and v.value is None:
                 where = v.where
                 if where.__class__ is int:
-                    if inputs.get(key) != where:
+                    if inputs.get(key, (None,))[0] != where:
                         aliases.append((cell, where))
                 else:
                     wheres.setdefault(where, []).append(cell)
@@ -191,10 +191,10 @@ class Capture:
         updatable = []
         for (n, i), cells, aval in zip(outputs, out_cells, avals):
             if len(cells) == 1:
-                slot = inputs.get(id(cells[0]))
+                slot = inputs.get(id(cells[0]), (None,))[0]
                 if slot is not None and sigs[slot] == aval:
                     updatable.append((slot, cells[0]))
-        cell_slots = {slot: self.input_cells[key] for key, slot in inputs.items()}
+        cell_slots = dict(inputs.values())
         # numbers are baked into the program (a random op's seed and offset excepted)
         rng_slots = {s for s, _, _ in self.rng} | {o for _, o, _ in self.rng}
         baked = {
@@ -327,19 +327,12 @@ class Captured:
         values = self.program(donated, gone, rest)
         if mesh is not None:
             values = [mesh[3](v) for v in values]
-        # (with nothing recorded on the device, an old value needs no release: a
-        # recording is the only thing that could donate it)
-        direct = not fused.pending_ops()
         for cells, value in zip(self.out_cells, values):
-            if len(cells) != 1:  # one value, several storages: none owns it alone
+            if len(cells) == 1:
+                cells[0].own(value)
+            else:  # one value, several storages: none owns it alone
                 for cell in cells:
                     cell.array = value
-            elif direct:
-                cell = cells[0]
-                cell._value = value
-                cell.owned = True
-            else:
-                cells[0].own(value)
         for cell, slot in self.aliases:
             cell.array = args[slot]
         for cell, value in self.constant_writes:
