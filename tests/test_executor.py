@@ -113,6 +113,30 @@ def test_a_compiled_graph_compiles_once(label, fn):
     assert _compilations("fused") == 0, d.get("fused_compile_causes")
 
 
+# the small programs of raw kernels: a strided view's read and write, a cast, a layout
+HELPERS = [
+    ("view read", lambda a: a.t().contiguous()),
+    ("view write", lambda a: a.clone()[:, 1:3].mul_(2)),
+    ("cast", lambda a: a.to(torch.float16)),
+    ("zeros", lambda a: torch.zeros(a.shape, device=a.device)),
+]
+
+
+@pytest.mark.parametrize("label, fn", HELPERS, ids=[h[0] for h in HELPERS])
+def test_a_raw_kernels_program_is_counted_once(label, fn):
+    a = torch.randn(_fresh_shape())
+    pa = a.to("pjrt")
+    expected = fn(a)
+    with torch_pjrt.mode("eager"):  # (a fused recording inlines them into its program)
+        metrics.reset()
+        torch.testing.assert_close(fn(pa).cpu(), expected)
+        causes = metrics.as_dict().get("helper_compile_causes", {})
+        assert sum(n for cause, n in causes.items() if cause.startswith(label)) == 1, causes
+        before = metrics.as_dict()["compilations"]
+        torch.testing.assert_close(fn(pa).cpu(), expected)
+        assert metrics.as_dict()["compilations"] == before  # the same shapes: nothing new
+
+
 def test_a_dumped_graph_compiles_once(tmp_path):
     """Writing a graph's StableHLO lowers it first; the call that follows compiles it
     (counted once) without tracing again."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import inspect
 import warnings
 
 import pytest
@@ -382,18 +383,46 @@ def test_a_failed_fused_program_is_reported_where_its_values_are_read(monkeypatc
     torch.pjrt.synchronize()
     with torch_pjrt.mode("fused"):
         y = (x * 3).exp()
+        recorded = inspect.currentframe().f_lineno - 1
         monkeypatch.setattr(fused._graph(0).program, "build", broken)
         with pytest.raises(RuntimeError, match="device lost") as info:
             y.cpu()
         # the error names the ops recorded and the line that asked for their values
         note = "".join(getattr(info.value, "__notes__", []))
-        assert "of the 2 ops recorded on pjrt:0 (aten.mul.Tensor, aten.exp.default)" in note
+        # each with the line that recorded it
+        assert "of the 2 ops recorded on pjrt:0 (aten.mul.Tensor at " in note
+        assert f", aten.exp.default at {__file__}:{recorded}), run for " in note
         assert f"{__file__}:" in note
         monkeypatch.undo()
         with pytest.raises(RuntimeError, match="the fused program that computes this value failed"):
             y.cpu()
         assert fused.pending_ops() == 0  # the failed recording was dropped
         assert (x * 2).cpu().sum().item() == 2 * 7 * 13  # and the device works on
+
+
+def test_an_op_failing_as_its_fused_program_is_built_is_named_with_its_line():
+    from torch_pjrt.modes import fused
+
+    def failing(*args):
+        raise ValueError("lowering failed")
+
+    x = torch.ones(7, 17).to("pjrt")
+    torch.pjrt.synchronize()
+    with torch_pjrt.mode("fused"):
+        y = x * 3
+        z = y.exp()
+        recorded = inspect.currentframe().f_lineno - 1
+        graph = fused._graph(0)
+        _, treedef, refs, outs = graph.nodes[-1]
+        graph.nodes[-1] = (failing, treedef, refs, outs)  # exp's lowering, broken
+        with pytest.raises(ValueError, match="lowering failed") as info:
+            z.cpu()
+    note = "".join(getattr(info.value, "__notes__", []))
+    assert (
+        "the op aten.exp.default (aten::exp(Tensor self) -> Tensor), recorded at "
+        f"{__file__}:{recorded}, failed as op 1 of the fused program of the 2 ops" in note
+    )
+    assert fused.pending_ops() == 0
 
 
 def test_fused_optimizer_steps_end_steps_without_step_blocks():

@@ -20,7 +20,6 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from torch_pjrt import runtime
 from torch_pjrt.config import settings
 from torch_pjrt.modes import fused
 from torch_pjrt.modes.fused import Pending
@@ -132,12 +131,13 @@ class Cell:
         return v if lazy else self.array
 
 
-@functools.lru_cache(maxsize=1024)
-def _zeros_program(size: int, dtype: torch.dtype, index: int):
-    """A compiled program making the zeros of a fresh storage on its device (an eager
-    ``jnp.zeros`` costs about 200 us; a fresh ``empty`` then ``fill_`` needs one)."""
-    sharding = jax.sharding.SingleDeviceSharding(runtime.device(index))
-    return jax.jit(lambda: jnp.zeros((size,), jax_dtype(dtype)), out_shardings=sharding)
+def _make_zeros(size: int, dtype: torch.dtype, index: int):
+    return lambda: jnp.zeros((size,), jax_dtype(dtype))
+
+
+# NOTE: a compiled program, because an eager ``jnp.zeros`` costs about 200 us; a fresh
+# ``empty`` then ``fill_`` needs one
+_zeros_program = executor.helper("zeros", _make_zeros, placed=lambda size, dtype, index: index)
 
 
 def storage_cell(storage: torch.UntypedStorage) -> Cell | None:
@@ -440,10 +440,7 @@ def _read_box(flat, offset, shape, box):
     return jnp.broadcast_to(block.reshape(full), shape)
 
 
-# NOTE: the storage offset is an argument of the programs, not part of their key, so
-# walking a tensor (x[i] for i in range(n)) reuses one program.
-@functools.lru_cache(maxsize=4096)
-def _gather_fn(shape, strides):
+def _make_gather(shape, strides):
     numel = math.prod(shape)
     contiguous = _is_contiguous(shape, strides)
     box = None if contiguous else _box(shape, strides)
@@ -462,7 +459,12 @@ def _gather_fn(shape, strides):
         def gather(a, offset):
             return a.reshape(-1)[_flat_index(shape, strides) + offset]
 
-    return jax.jit(gather)
+    return gather
+
+
+# NOTE: the storage offset is an argument of the programs, not part of their key, so
+# walking a tensor (x[i] for i in range(n)) reuses one program.
+_gather_fn = executor.helper("view read", _make_gather, maxsize=4096)
 
 
 def _write_box(flat, v, offset, shape, box):
@@ -476,8 +478,7 @@ def _write_box(flat, v, offset, shape, box):
     return jax.lax.dynamic_update_slice(flat, block.reshape(-1)[:reach], (offset,))
 
 
-@functools.lru_cache(maxsize=4096)
-def _scatter_fn(shape, strides):
+def _make_scatter(shape, strides):
     contiguous = _is_contiguous(shape, strides)
     box = None if contiguous else _box(shape, strides)
     if contiguous:
@@ -496,7 +497,10 @@ def _scatter_fn(shape, strides):
             idx = (_flat_index(shape, strides) + offset).reshape(-1)
             return a.reshape(-1).at[idx].set(v.reshape(-1))
 
-    return jax.jit(scatter)
+    return scatter
+
+
+_scatter_fn = executor.helper("view write", _make_scatter, maxsize=4096)
 
 
 _COMPLEX_PARTS = {np.dtype(jnp.complex64): jnp.float32, np.dtype(jnp.complex128): jnp.float64}
@@ -769,6 +773,6 @@ def copy_to(value, dtype: torch.dtype, shape, index: int):
     return fused.apply(_cast_fn(jax_dtype(dtype), tuple(shape)), (value,), index, "copy")
 
 
-@functools.lru_cache(maxsize=1024)
-def _cast_fn(dtype, shape):
-    return jax.jit(lambda v: jnp.broadcast_to(v.astype(dtype), shape))
+_cast_fn = executor.helper(
+    "cast", lambda dtype, shape: lambda v: jnp.broadcast_to(v.astype(dtype), shape)
+)

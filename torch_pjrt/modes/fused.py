@@ -28,6 +28,7 @@ import threading
 
 import jax
 import numpy as np
+import torch
 
 from torch_pjrt.config import settings
 from torch_pjrt.runtime import events as metrics
@@ -161,6 +162,7 @@ class _Graph:
     def _clear(self):
         self.nodes = []  # (fn, args treedef, refs, outs)
         self.names = []
+        self.lines = []  # the user's line that recorded each node
         self.inputs = []
         self.input_sigs = []
         self.input_slots = {}  # id(array) -> slot (arrays stay alive in self.inputs)
@@ -204,6 +206,11 @@ class _Graph:
             refs.append(slot)
         shape_key = (fn, treedef, tuple(sigs))
         found = _shapes.get(shape_key)
+        # NOTE: the user's line costs about 1.4 us (Python makes the frame objects), a
+        # tenth of a recorded op, so it is kept where the op's signature is new: where a
+        # program is new too, and where an error names it (errors of known signatures
+        # are raised by eval_shape below, at the op's own call)
+        site = None if found is not None else metrics.user_site()
         if found is None and out is not None:  # (given: fn traces only inside a mesh)
             out_leaves, out_treedef = jax.tree_util.tree_flatten(out)
             found = _shapes[shape_key] = (out_treedef, [shaped(o) for o in out_leaves])
@@ -218,6 +225,7 @@ class _Graph:
         outs = tuple([Pending(a, self, (n, i)) for i, a in enumerate(out_avals)])
         self.nodes.append((fn, treedef, tuple(refs), outs))
         self.names.append(name)
+        self.lines.append(site)
         metrics.count("fused_ops")
         result = jax.tree_util.tree_unflatten(out_treedef, outs)
         if self.capture is not None:  # no cuts; a random op's (seed, offset) are inputs
@@ -317,7 +325,7 @@ class _Graph:
                 values = program(key, *inputs)
             except Exception as exc:
                 # the recording is dropped; its values report this error when read
-                exc.pjrt_context = self._context(reason)
+                exc.pjrt_context = self._context(reason, exc)
                 if hasattr(exc, "add_note"):  # (Python 3.11+)
                     exc.add_note(exc.pjrt_context)
                 self._drop(nodes, exc)
@@ -364,14 +372,25 @@ class _Graph:
         if slot is not None and self.inputs[slot] is array and array.__class__ is _ArrayImpl:
             self.released.add(slot)
 
-    def _context(self, reason: str) -> str:
-        """Which ops a failed program ran, and where the host asked for it."""
+    def _context(self, reason: str, exc: BaseException) -> str:
+        """What failed: the op that raised while the program was built (its name, schema
+        and the line that recorded it), else the ops the program ran, each with its line;
+        and where the host asked for the values."""
         names = self.names
-        shown = ", ".join(names[:8]) + (f", ... ({len(names) - 8} more)" if len(names) > 8 else "")
+        lines = ["" if at is None else f" at {at[0]}:{at[1]}" for at in self.lines]
+        asked = f"run for '{reason}' at {metrics.user_line()}"
+        where = f"the fused program of the {len(names)} ops recorded on pjrt:{self.index}"
+        failed = getattr(exc, "pjrt_node", None)
+        if failed is not None and failed < len(names):
+            return (
+                f"pjrt: the op {names[failed]} ({_schema_of(names[failed])}), recorded"
+                f"{lines[failed]}, failed as op {failed} of {where}, {asked}."
+            )
+        shown = [f"{n}{line}" for n, line in zip(names[:8], lines)]
+        more = f", ... ({len(names) - 8} more)" if len(names) > 8 else ""
         return (
-            f"pjrt: in the fused program of the {len(names)} ops recorded on "
-            f"pjrt:{self.index} ({shown}), run for '{reason}' at {metrics.user_line()}. "
-            "Run with TORCH_PJRT_MODE=debug to raise at the op, at its own line."
+            f"pjrt: in {where} ({', '.join(shown)}{more}), {asked}. "
+            "Run with TORCH_PJRT_MODE=debug to raise at the failing op."
         )
 
     def _drop(self, nodes, error) -> None:
@@ -411,11 +430,28 @@ def replay_program(key, baked: dict | None = None, inline: bool = False):
         env = []
         for fn, treedef, refs in nodes:
             args = [inputs[r] if r.__class__ is int else env[r[0]][r[1]] for r in refs]
-            env.append(leaves_of(fn(*unflatten(treedef, args))))
+            try:
+                env.append(leaves_of(fn(*unflatten(treedef, args))))
+            except Exception as exc:  # (the recording names this node's op and line)
+                if not hasattr(exc, "pjrt_node"):
+                    exc.pjrt_node = len(env)
+                raise
         return [env[n][i] for n, i in outputs]
 
     replay.__name__ = replay.__qualname__ = f"fused_{len(nodes)}_ops"
     return replay, bool(donated)
+
+
+def _schema_of(name: str) -> str:
+    """The schema of the op named ``name`` (``aten.add.Tensor``), or the name itself for
+    the raw kernels' steps (``view``, ``cast``)."""
+    namespace, _, rest = name.partition(".")
+    packet, _, overload = rest.partition(".")
+    try:
+        op = getattr(getattr(getattr(torch.ops, namespace), packet), overload or "default")
+        return str(op._schema)
+    except (AttributeError, RuntimeError):
+        return name
 
 
 def _op_name(fn) -> str:

@@ -15,6 +15,7 @@ import torch
 from torch_pjrt.device.tensor import read
 from torch_pjrt.ops._promote import cast
 from torch_pjrt.ops.registry import refusal
+from torch_pjrt.runtime import executor
 from torch_pjrt.runtime.transfer import jax_dtype, torch_dtype
 
 # --- dtypes -----------------------------------------------------------------------------
@@ -142,9 +143,7 @@ def spaced(start, end, steps: int, dtype):
 # --- running a function on a tensor's array (ops whose output shape depends on values) --
 
 
-@functools.cache
-def _jitted(fn, statics: tuple):
-    return jax.jit(functools.partial(fn, **dict(statics)))
+_jitted = executor.helper("run_jitted", lambda fn, statics: functools.partial(fn, **dict(statics)))
 
 
 def run_jitted(fn, t: torch.Tensor, **statics):

@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import functools
 import warnings
 
 import jax
@@ -26,6 +25,7 @@ import torch
 
 from torch_pjrt.config import settings
 from torch_pjrt.runtime import events as metrics
+from torch_pjrt.runtime import executor
 
 __all__ = ["NumericsWarning", "after_op"]
 
@@ -54,8 +54,7 @@ def after_op(op, args, kwargs, out, random: bool) -> None:
         _check_numerics(op, args, kwargs, out)
 
 
-@functools.cache
-def _nonfinite_fn():
+def _make_nonfinite():
     def nonfinite(a):
         if not (
             jnp.issubdtype(a.dtype, jnp.floating) or jnp.issubdtype(a.dtype, jnp.complexfloating)
@@ -63,7 +62,10 @@ def _nonfinite_fn():
             return jnp.zeros((), bool), jnp.zeros((), bool)
         return jnp.isnan(a).any(), jnp.isinf(a).any()
 
-    return jax.jit(nonfinite)
+    return nonfinite
+
+
+_nonfinite_fn = executor.helper("nonfinite check", _make_nonfinite)
 
 
 def _nonfinite(a) -> tuple[bool, bool]:

@@ -7,10 +7,8 @@ here; in traced graphs they are lowered as values (``lowers_in_graphs``, below).
 
 from __future__ import annotations
 
-import functools
 import math
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
@@ -55,16 +53,23 @@ def _arange_length(start, end, step, dtype: torch.dtype) -> int:
     return max(math.ceil((float(end) - float(start)) / float(step)), 0)
 
 
-@functools.cache
-def _arange_program(length: int, dtype: torch.dtype, index: int):
+def _make_arange(length: int, dtype: torch.dtype, index: int):
     acc = _acc_dtype(dtype)
 
-    def program(start, step):
+    def program(start, step):  # (numbers when inlined into a capture)
+        start, step = jnp.asarray(start), jnp.asarray(step)
         return (start.astype(acc) + step.astype(acc) * jnp.arange(length, dtype=acc)).astype(
             jax_dtype(dtype)
         )
 
-    return jax.jit(program, out_shardings=executor.on_device(index))  # (no inputs to follow)
+    return program
+
+
+_arange_program = executor.helper(
+    "arange",
+    _make_arange,
+    placed=lambda length, dtype, index: index,  # (no inputs to follow)
+)
 
 
 def _resized(out: torch.Tensor, result: torch.Tensor) -> torch.Tensor:

@@ -33,6 +33,7 @@ from torch_pjrt.modes import fused
 from torch_pjrt.ops.registry import implements
 from torch_pjrt.ops.registry import lowers_in_graphs as in_graphs
 from torch_pjrt.runtime import events as metrics
+from torch_pjrt.runtime import executor
 from torch_pjrt.runtime.transfer import jax_dtype
 
 aten = torch.ops.aten
@@ -182,9 +183,9 @@ def _memory_order(strides) -> tuple:
     return tuple(sorted(range(len(strides)), key=lambda d: -strides[d]))
 
 
-@functools.lru_cache(maxsize=256)
-def _in_memory_order(order: tuple):
-    return jax.jit(lambda x: jnp.transpose(x, order).reshape(-1))
+_in_memory_order = executor.helper(
+    "layout", lambda order: lambda x: jnp.transpose(x, order).reshape(-1), maxsize=256
+)
 
 
 # --- copies in graphs ---------------------------------------------------------------------

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 
-import jax
 import jax.numpy as jnp
 import torch
 
@@ -29,12 +28,12 @@ from torch_pjrt.device.tensor import argument, replace, write
 from torch_pjrt.modes import fused
 from torch_pjrt.ops._promote import opmath
 from torch_pjrt.ops.registry import implements
+from torch_pjrt.runtime import executor
 
 aten = torch.ops.aten
 
 
-@functools.lru_cache(maxsize=256)
-def _adam_program(decoupled, amsgrad, maximize, beta1, beta2, weight_decay, eps, scaled):
+def _make_adam(decoupled, amsgrad, maximize, beta1, beta2, weight_decay, eps, scaled):
     def one(p, g, m, v, vmax, t, lr, scale, inf):
         dtype = opmath(p.dtype)
         p32, g32, m32, v32 = (x.astype(dtype) for x in (p, g, m, v))
@@ -78,7 +77,10 @@ def _adam_program(decoupled, amsgrad, maximize, beta1, beta2, weight_decay, eps,
         columns = [list(column) for column in zip(*out)]
         return columns[:4] + [columns[4] if amsgrad else []]
 
-    return jax.jit(step)
+    return step
+
+
+_adam_program = executor.helper("fused adam", _make_adam, maxsize=256)
 
 
 def _check(name, params, *lists):
@@ -178,8 +180,7 @@ def _getter():
     return argument
 
 
-@functools.cache
-def _unscale_program():
+def _make_unscale():
     def unscale(grads, found_inf, inv_scale):
         bad = jnp.zeros((), bool)
         out = []
@@ -188,7 +189,10 @@ def _unscale_program():
             out.append((g.astype(opmath(g.dtype)) * inv_scale).astype(g.dtype))
         return out, jnp.where(bad, jnp.ones_like(found_inf), found_inf)
 
-    return jax.jit(unscale)
+    return unscale
+
+
+_unscale_program = executor.helper("amp unscale", _make_unscale)
 
 
 @implements(aten._amp_foreach_non_finite_check_and_unscale_.default)
@@ -208,8 +212,7 @@ def amp_unscale_(self, found_inf, inv_scale):
     return None
 
 
-@functools.lru_cache(maxsize=64)
-def _update_scale_program(growth: float, backoff: float, interval: int):
+def _make_update_scale(growth: float, backoff: float, interval: int):
     def update(scale, tracker, found_inf):
         found = found_inf.astype(jnp.float32) != 0
         successful = tracker + 1
@@ -221,7 +224,10 @@ def _update_scale_program(growth: float, backoff: float, interval: int):
         new_tracker = jnp.where(found | grow, zero, successful)
         return new_scale.astype(scale.dtype), new_tracker.astype(tracker.dtype)
 
-    return jax.jit(update)
+    return update
+
+
+_update_scale_program = executor.helper("amp update scale", _make_update_scale, maxsize=64)
 
 
 @implements(aten._amp_update_scale_.default)

@@ -38,6 +38,7 @@ __all__ = [
     "tally",
     "unlisten",
     "user_line",
+    "user_site",
 ]
 
 _counters: collections.Counter = collections.Counter()
@@ -91,13 +92,30 @@ def _emit(event: str, what: str) -> None:
 
 def user_line() -> str:
     """The innermost stack frame outside torch and torch_pjrt, as 'file:line'."""
+    site = user_site()
+    return "<unknown>" if site is None else f"{site[0]}:{site[1]}"
+
+
+_internal: dict = {}  # code object -> whether it belongs to torch or torch_pjrt
+
+
+def user_site() -> tuple[str, int] | None:
+    """The innermost stack frame outside torch and torch_pjrt, as ``(file, line)`` (or
+    None): :func:`user_line` without the formatting, for hot paths that keep it."""
     frame = sys._getframe(1)
+    internal = _internal
     while frame is not None:
-        filename = frame.f_code.co_filename
-        if "/torch/" not in filename and "/torch_pjrt/" not in filename:
-            return f"{filename}:{frame.f_lineno}"
+        code = frame.f_code
+        inside = internal.get(code)
+        if inside is None:
+            if len(internal) > 4096:  # (generated code would keep it growing)
+                internal.clear()
+            name = code.co_filename
+            inside = internal[code] = "/torch/" in name or "/torch_pjrt/" in name
+        if not inside:
+            return code.co_filename, frame.f_lineno
         frame = frame.f_back
-    return "<unknown>"
+    return None
 
 
 def tally(table: str, key: str, n: int = 1) -> None:

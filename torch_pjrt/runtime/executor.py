@@ -23,6 +23,12 @@ executor owns *how*, the same way for every client:
 - errors: a failed call's exception gets a note naming the program and the user's line
   (clients that know more, such as the op's schema, add it).
 
+The small programs of raw kernels (a view's gather, a cast, the zeros of a fresh
+storage, a fused optimizer) are :func:`helper` programs: a function of static
+arguments, one :class:`Program` per kind, counted in the ``helper`` scope; called
+inside another trace (a fused recording, a compiled graph, a capture) a helper is
+inlined into that program instead.
+
 Example:
     >>> program = Program("eager", "double", lambda key: (lambda x: x * 2, False),
     ...                   lambda key, args: [("x", args[0].aval)])
@@ -36,6 +42,7 @@ import time
 from collections.abc import Callable
 
 import jax
+from jax._src.core import trace_state_clean
 from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from torch_pjrt.runtime import events as metrics
@@ -44,6 +51,7 @@ from torch_pjrt.runtime import platform, x64
 __all__ = [
     "Program",
     "align",
+    "helper",
     "mesh_in_use",
     "on_device",
     "traced_at_full_precision",
@@ -210,6 +218,60 @@ class Program:
 
     def __repr__(self) -> str:
         return f"the {self.scope} program {self.name}"
+
+
+# --- the small programs of raw kernels ------------------------------------------------
+
+
+class Helper:
+    """``fn`` (made from static arguments) as a callable on arrays: run as the
+    :class:`Program` of its statics, or inlined when called inside a trace."""
+
+    __slots__ = ("program", "statics", "fn", "__weakref__")
+
+    def __init__(self, program: Program, statics: tuple, fn: Callable):
+        self.program, self.statics, self.fn = program, statics, fn
+
+    def __call__(self, *args):
+        if trace_state_clean():
+            return self.program(self.statics, *args)
+        return self.fn(*args)  # (inside a recording or a graph: part of that program)
+
+    def __repr__(self) -> str:
+        return f"{self.program.name}{self.statics}"
+
+
+def _describe_helper(statics, args) -> list:
+    signature = [("static arguments", statics)]
+    signature += [(f"input {i}", getattr(a, "aval", a)) for i, a in enumerate(args)]
+    return signature
+
+
+def helper(name: str, make: Callable, placed: Callable | None = None, maxsize: int = 1024):
+    """``statics -> Helper``: the programs ``make(*statics)`` of one raw kernel.
+
+    Args:
+        name: the kernel, in compile causes (``"view read"``).
+        make: ``(*statics) -> fn``, the function on arrays for those static arguments.
+        placed: as :class:`Program`'s, given the statics: the device of a program with
+            no array inputs.
+        maxsize: how many statics' helpers are kept.
+
+    Example:
+        >>> cast = helper("cast", lambda dtype: lambda v: v.astype(dtype))
+        >>> cast(jnp.float16)(x)   # one program per dtype, counted as a compilation
+    """
+
+    @functools.lru_cache(maxsize=maxsize)
+    def bound(*statics) -> Helper:
+        return Helper(program, statics, make(*statics))
+
+    def build(statics):
+        return bound(*statics).fn, False
+
+    where = None if placed is None else (lambda statics: placed(*statics))
+    program = Program("helper", name, build, _describe_helper, placed=where)
+    return bound
 
 
 # --- placement over meshes (SPMD) ----------------------------------------------------
