@@ -25,11 +25,13 @@ Rows:
                           its second call and replayed (``torch_pjrt/compile/replay.py``)
 ``pjrt captured static``  ``torch_pjrt.mode("eager")``, a ``transformers.StaticCache``, no
                           ``generate()``: the prompt is prefilled uncaptured, then one
-                          one-token decoding step (forward and argmax) is captured into a
-                          ``torch.pjrt.Graph`` and replayed per token, each replay one XLA
-                          program; between replays ``tokens.copy_(next_token)`` and a copy
-                          into a preallocated device buffer of the sequence, read once at
-                          the end (no host read per token)
+                          one-token decoding step is captured into a ``torch.pjrt.Graph``
+                          and replayed per token, each replay one XLA program: the
+                          forward, the argmax, the token fed back into the static input
+                          (``tokens.copy_``) and written into a preallocated device buffer
+                          of the sequence at a device-side position (``index_copy_``,
+                          ``add_``), as a CUDA-graphs decoding loop does; the buffer is
+                          read once at the end (no host read per token)
 
 Columns: ``tok/s`` (median over ``--runs`` timed runs after one warm-up run, which
 compiles), ``first s`` (the warm-up run), ``x CPU`` (tok/s over CPU eager's), and
@@ -56,8 +58,8 @@ with numpy, a static cache of shape (layers, 2, batch, heads, max_len, head_dim)
 it advances). Both are timed the same way: the replay loop alone, after the prefill, from
 before its first step to after the device has finished its last (``--new-tokens`` - 1
 steps, no host read or wait in between), divided by the steps; the median over the timed
-runs. The captured loop is what the row runs per token (``replay()``, ``tokens.copy_``,
-the copy into the sequence's buffer), closed by one ``torch.pjrt.synchronize()``; the JAX
+runs. The captured loop is what the row runs per token (one ``replay()``), closed by
+one ``torch.pjrt.synchronize()``; the JAX
 loop is the jitted call per token (its output token fed back as the next input, kept in a
 list), closed by ``jax.block_until_ready``. The JAX step is checked first against the HF
 model on the CPU: its logits at every prompt position and the first 4 decoding steps (fed
@@ -190,27 +192,28 @@ def run_captured(model, x, new_tokens: int, runs: int) -> dict:
     out = torch.zeros(batch, length, dtype=torch.long, device=x.device)
     out[:, :prompt].copy_(x)
     tokens = torch.zeros(batch, 1, dtype=torch.long, device=x.device)  # the static input
+    at = torch.zeros(1, dtype=torch.long, device=x.device)  # where the next token goes
     graph, captured, replays, steps = torch.pjrt.Graph(), {}, [], []
 
     def once(timed: bool) -> torch.Tensor:
         cache.reset()
         tokens.copy_(model(x, cache=cache).logits[:, -1:].argmax(-1))
         out[:, prompt : prompt + 1].copy_(tokens)
+        at.fill_(prompt + 1)
         if not captured:
             start = time.perf_counter()
             with torch.pjrt.graph(graph):
                 logits = model(tokens, cache=cache).logits
-                captured["next"] = logits[:, -1:].argmax(-1)
+                tokens.copy_(logits[:, -1:].argmax(-1))  # fed back, as a CUDA graph would
+                out.index_copy_(1, at, tokens)
+                at.add_(1)
             captured["s"] = time.perf_counter() - start
-        next_token = captured["next"]
         loop = time.perf_counter()
-        for i in range(prompt + 1, length):
+        for _ in range(prompt + 1, length):
             start = time.perf_counter()
             graph.replay()
             if timed:
                 replays.append(time.perf_counter() - start)
-            tokens.copy_(next_token)
-            out[:, i : i + 1].copy_(next_token)
         if timed and length > prompt + 1:
             torch.pjrt.synchronize()  # the replays' device work done, then the clock read
             steps.append((time.perf_counter() - loop) / (length - prompt - 1))

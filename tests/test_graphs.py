@@ -373,6 +373,39 @@ def test_reduce_overhead_replays_inference_graphs():
         torch.compile(lambda t: t - 1, backend="pjrt", mode="fastest")(torch.ones(2, device=DEV))
 
 
+def test_reduce_overhead_captures_again_when_a_kept_argument_moves():
+    """An argument kept in place at the first calls that comes with another storage: a
+    state the graph writes (a new KV cache) is kept in its new place, another one is
+    copied from then on; each is one new capture, and the compiled program is reused."""
+    torch._dynamo.reset()
+
+    def step(x, state, w):
+        state.add_(x @ w)
+        return state * 2
+
+    fn = torch.compile(step, backend="pjrt", mode="reduce-overhead")
+    w = torch.randn(4, 4)
+    xs = [torch.randn(2, 4) for _ in range(9)]
+    states = [torch.zeros(2, 4), torch.zeros(2, 4)]
+    got_states = [s.to(DEV) for s in states]
+    pw = w.to(DEV)
+    metrics.reset()
+    with torch.no_grad():
+        for i, x in enumerate(xs):
+            which = 0 if i < 4 else 1  # a new state after 4 calls (as a new generate())
+            if i == 7:  # and then another weight
+                w, pw = w + 1, (w + 1).to(DEV)
+            expected = step(x, states[which], w)
+            _close(fn(x.to(DEV), got_states[which], pw).cpu(), expected)
+    for mine, theirs in zip(got_states, states):
+        _close(mine.cpu(), theirs)
+    m = metrics.as_dict()
+    assert sum(m["reduce_overhead_recaptures"].values()) == 2, m["reduce_overhead_recaptures"]
+    assert m["reduce_overhead_replays"] == 8 and m["graph_captures"] == 3
+    assert m.get("captured_compilations") == 1  # the same ops: one program
+    assert "reduce_overhead_misses" not in m
+
+
 def test_grad_scaler_step_with_a_fused_optimizer():
     """GradScaler's scale, unscale-and-check (inside fused AdamW) and update, captured:
     the losses and the scale of uncaptured steps."""

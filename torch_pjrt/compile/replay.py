@@ -4,11 +4,17 @@ captured at its second call into a ``torch.pjrt.Graph`` and replayed from then o
 Dynamo's guards still choose the graph; each graph has its own capture. Arguments whose
 storage is the same at the first two calls (parameters, buffers, a static KV cache) are
 read by the graph where they are; the others (the inputs of each call) are copied into
-the graph's own static tensors before each replay, as CUDA graph trees do. A call whose
-arguments no longer fit the capture (another storage where one was kept, another shape)
-runs the graph as usual; a graph that writes into one of the copied arguments, or whose
-capture is refused, is never replayed. The outputs are the graph's static tensors:
-the next call overwrites them, as CUDA graph trees' do (clone an output to keep it).
+the graph's own static tensors before each replay, as CUDA graph trees do. When an
+argument kept in place comes with another storage, the graph is captured again at that
+call (at most ``_RECAPTURES`` times, as CUDA graph trees re-record): an argument the
+graph writes into (a new KV cache's tensors, a new step counter) is kept in its new
+place, any other one is copied from then on (a tensor the caller happened to reuse for
+two calls). A new capture of the same ops reuses the compiled program
+(``modes.capture``). A call whose arguments no longer fit the capture otherwise (another
+shape, another number) runs the graph as usual; a graph that writes into an argument
+it would have to copy, or whose capture is refused, is never replayed. The outputs are
+the graph's static tensors: the next call overwrites them, as CUDA graph trees' do
+(clone an output to keep it).
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from torch_pjrt.modes import capture
 from torch_pjrt.runtime import events as metrics
 
 __all__ = ["Replayed"]
+
+_RECAPTURES = 64  # captures again of one graph, after the first
 
 
 def _cell(a):
@@ -45,16 +53,18 @@ class Replayed:
         self.plan = None  # per argument: ("kept", cell), ("copied", tensor) or ("value", v)
         self.outputs = None
         self.disabled = False
+        self.copied = set()  # positions copied in even where the first calls kept them
+        self.recaptures = 0
 
     def __call__(self, *args):
         if self.disabled or capture.active() is not None:
             return self.run(*args)
         if self.graph is None:
             return self._warm(args)
-        for a, (how, what) in zip(args, self.plan):
+        for i, (a, (how, what)) in enumerate(zip(args, self.plan)):
             if how == "kept":
                 if _cell(a) is not what:
-                    return self._miss(args, "an argument's storage changed")
+                    return self._recapture(args, i)
             elif how == "copied":
                 if a.shape != what.shape or a.dtype != what.dtype or a.device != what.device:
                     return self._miss(args, "an argument's shape changed")
@@ -66,6 +76,24 @@ class Replayed:
         self.graph.replay()
         metrics.count("reduce_overhead_replays")
         return self.outputs
+
+    def _recapture(self, args, i: int):
+        """Argument ``i``, kept in place, has another storage now: capture again, now,
+        keeping it where it is if the graph writes into it, else copying it from now on."""
+        if self.recaptures >= _RECAPTURES:
+            return self._miss(args, "an argument's storage changed")
+        self.recaptures += 1
+        if i not in self.mutated:
+            self.copied.add(i)
+        metrics.tally("reduce_overhead_recaptures", f"{self.name}: argument {i}")
+        # the kept arguments that still are where they were stay kept; moved ones that
+        # the graph writes into are kept in their new place
+        self.first = [
+            _cell(a) if how == "kept" and (j in self.mutated or _cell(a) is what) else None
+            for j, (a, (how, what)) in enumerate(zip(args, self.plan))
+        ]
+        self.graph = self.plan = self.outputs = None
+        return self._warm(args)
 
     def _miss(self, args, why: str):
         metrics.tally("reduce_overhead_misses", f"{self.name}: {why}")
@@ -80,7 +108,7 @@ class Replayed:
         for i, (a, cell, before) in enumerate(zip(args, cells, self.first)):
             if not isinstance(a, torch.Tensor):
                 plan.append(("value", a))
-            elif cell is not None and cell is before:
+            elif cell is not None and cell is before and i not in self.copied:
                 plan.append(("kept", cell))
             elif i in self.mutated or a.device.type != "pjrt":
                 self.disabled = True  # (a write into a copy would be lost)

@@ -188,12 +188,20 @@ class Capture:
         avals = [nodes[n][3][i].aval for n, i in outputs]
         # an input cell the graph overwrites (a parameter, an optimizer state) whose
         # value keeps its shape: its buffer may be reused for the new value
-        updatable = []
-        for (n, i), cells, aval in zip(outputs, out_cells, avals):
+        # (a value stored with another shape than the graph reads it with, a flat copy_
+        # into a shaped tensor, is reshaped inside the program: a reshape outside it, at
+        # each replay, is an eager JAX op of ~50 us)
+        updatable, reshaped = [], {}
+        for k, (cells, aval) in enumerate(zip(out_cells, avals)):
             if len(cells) == 1:
                 slot = inputs.get(id(cells[0]), (None,))[0]
-                if slot is not None and sigs[slot] == aval:
-                    updatable.append((slot, cells[0]))
+                if slot is None or sigs[slot].dtype != aval.dtype:
+                    continue
+                if sigs[slot].shape != aval.shape:
+                    if sigs[slot].size != aval.size:
+                        continue
+                    reshaped[k] = sigs[slot].shape
+                updatable.append((slot, cells[0]))
         cell_slots = dict(inputs.values())
         # numbers are baked into the program (a random op's seed and offset excepted)
         rng_slots = {s for s, _, _ in self.rng} | {o for _, o, _ in self.rng}
@@ -211,6 +219,7 @@ class Capture:
             cell_slots=sorted(cell_slots.items()),
             rng=[(s, o, offset - self.rng_offset) for s, o, offset in self.rng],
             outputs=outputs,
+            reshaped=reshaped,
             out_cells=out_cells,
             updatable=sorted(updatable, key=lambda u: u[0]),
             aliases=aliases,
@@ -257,6 +266,21 @@ def _on(x, device):
     return x
 
 
+_MAX_PROGRAMS = 64
+_programs: dict = {}  # what a capture recorded -> its executor.Program (see Captured)
+
+
+def _reshaping(fn, shapes: dict):
+    """``fn`` with its ``k``-th output reshaped to ``shapes[k]``."""
+
+    def reshaped(*args):
+        values = fn(*args)
+        return [v.reshape(shapes[k]) if k in shapes else v for k, v in enumerate(values)]
+
+    reshaped.__name__ = reshaped.__qualname__ = fn.__name__
+    return reshaped
+
+
 class Captured:
     """A captured graph: one program over the cells it read and wrote."""
 
@@ -268,20 +292,36 @@ class Captured:
 
         # NOTE: the program's key is the donated slots alone (the rest of a recording's
         # key is this graph's, fixed): hashing the whole recording costs ~65 us a call
+        reshaped = self.reshaped
+
         def build(donated):
             key = (*recorded, donated)
+            fn, donate = fused.replay_program(key, baked, inline=mesh is not None)
+            if reshaped:
+                fn = _reshaping(fn, reshaped)
             if mesh is None:
-                return fused.replay_program(key, baked)
-            fn, donate = fused.replay_program(key, baked, inline=True)
+                return fn, donate
             return mesh[1](fn, mesh[0]), donate
 
-        self.program = executor.Program(
-            "captured",
-            f"the graph captured at {self.line}",
-            build,
-            lambda donated, traced: fused.describe_recording((*recorded, donated), traced),
-            placed=(lambda key: self.index) if mesh is None else None,
-        )
+        # NOTE: a capture of the same ops over other storages (a recapture for a new KV
+        # cache, a second graph of the same step) shares the compiled programs
+        shared = None
+        if mesh is None:
+            numbers = tuple([(k, type(v), v) for k, v in sorted(baked.items())])  # (1 == 1.0)
+            shared = (self.index, recorded, numbers, tuple(reshaped.items()))
+            self.program = _programs.get(shared)
+        if shared is None or self.program is None:
+            self.program = executor.Program(
+                "captured",
+                f"the graph captured at {self.line}",
+                build,
+                lambda donated, traced: fused.describe_recording((*recorded, donated), traced),
+                placed=(lambda key, index=self.index: index) if mesh is None else None,
+            )
+            if shared is not None:
+                if len(_programs) >= _MAX_PROGRAMS:  # the oldest goes
+                    del _programs[next(iter(_programs))]
+                _programs[shared] = self.program
         self.replays = 0
         self._kept: dict = {}  # donated slots -> the other slots passed, in order
 

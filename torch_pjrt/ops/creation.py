@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from torch_pjrt.device import random as pjrt_random
-from torch_pjrt.device.tensor import wrap
+from torch_pjrt.device.tensor import wrap, write
 from torch_pjrt.modes import fused
 from torch_pjrt.ops._helpers import default_dtype, spaced
 from torch_pjrt.ops.registry import implements, lowers
@@ -86,14 +86,17 @@ def _device_index(device) -> int:
     return device.index if device.index is not None else pjrt_random.current_device()
 
 
-def _arange(start, end, step, dtype: torch.dtype, index: int) -> torch.Tensor:
+def _arange_value(start, end, step, dtype: torch.dtype, index: int):
     length = _arange_length(start, end, step, dtype)
     # Python numbers go in as weakly typed arguments (cast to the accumulation dtype
     # inside the program): nothing to transfer, and fused mode records them as inputs
     to_python = int if jnp.issubdtype(_acc_dtype(dtype), jnp.integer) else float
     program = _arange_program(length, dtype, index)
-    out = fused.apply(program, (to_python(start), to_python(step)), index, "arange")
-    return wrap(out, index, owned=True)
+    return fused.apply(program, (to_python(start), to_python(step)), index, "arange")
+
+
+def _arange(start, end, step, dtype: torch.dtype, index: int) -> torch.Tensor:
+    return wrap(_arange_value(start, end, step, dtype, index), index, owned=True)
 
 
 @implements(aten.arange.start_step)
@@ -106,8 +109,13 @@ def arange(start, end, step=1, *, dtype=None, layout=None, device=None, pin_memo
 
 @implements(aten.arange.start_out)
 def arange_start_out(start, end, step=1, *, out):
-    result = _arange(start, end, step, out.dtype, out.device.index or 0)
-    return _resized(out, result).copy_(result)
+    # (``torch.arange(n, device=...)`` comes here with a fresh empty ``out``: the values
+    # are written into it as they come, one program, no copy)
+    value = _arange_value(start, end, step, out.dtype, out.device.index or 0)
+    if out.shape != value.shape:
+        out.resize_(value.shape)
+    write(out, value, owned=True)
+    return out
 
 
 @implements(aten.arange.out)

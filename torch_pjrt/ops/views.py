@@ -125,8 +125,8 @@ def resize_(self, size, memory_format=None):
     if needed > storage.nbytes():
         # a bigger storage, holding the old bytes first (PyTorch's realloc semantics)
         old = cell_of(self)
-        grown = new_tensor((needed // old.dtype.itemsize + 1,), old.dtype, old.index)
-        if old.array is not None:
+        grown = new_tensor((-(-needed // old.dtype.itemsize),), old.dtype, old.index)
+        if old.size and old.array is not None:  # (an empty out= tensor has nothing to keep)
             flat = old.array.reshape(-1)
             with jax.enable_x64(True):
                 cell_of(grown).array = jnp.concatenate(
