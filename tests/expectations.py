@@ -27,6 +27,15 @@ OpInfo ops (tests/test_ops.py, tests/test_variants.py, tests/test_core_aten.py),
 - ``GRAD_TOLERANCES``: wider gradient tolerances for a few ops, with the measurement
   that justifies each. Hand-kept.
 
+OpInfo error inputs (tests/test_error_inputs.py), keyed like the op tables:
+
+- ``XFAIL_ERROR_INPUTS``: ops with an error input that pjrt accepts, or refuses with
+  another exception type (in either mode), with the reason. Hand-kept.
+- ``ERROR_MESSAGES``: ops whose error inputs all raise the right type, some with a message
+  of PyTorch's own that the OpInfo's regex does not match (a decomposition's or a Meta
+  kernel's wording of the check): only the type is asserted, and the test fails once every
+  message matches. Hand-kept.
+
 The other suites: ``XFAIL_CORE_EXAMPLES`` (tests/test_core_aten.py),
 ``XFAIL_HF_FAMILIES``, ``XFAIL_HF_GENERATE``, ``XFAIL_HF_INTEGRATION``
 (tests/test_hf_*.py) and ``XFAIL_DISTRIBUTED`` (tests/test_distributed.py); the skips
@@ -118,7 +127,6 @@ XFAIL_VARIANTS: dict[str, str] = {
     "the CPU NotImplementedError (\"nansum_cpu\" not implemented for 'Long')",
     "eye": "no lowering: aten.eye.out and aten.eye.m_out (factories' out= forms are not "
     "derived from their functional lowerings)",
-    "narrow_copy": "no lowering: aten.narrow_copy.out",
     "linalg.eigvals": "no lowering: aten.linalg_eigvals.out",
     "hash_tensor": "no lowering: aten.hash_tensor.out (as in XFAIL)",
     "linalg.eigh": "out=[1]: eigenvectors differ from the CPU's (as in XFAIL)",
@@ -234,6 +242,41 @@ def op_failure(test: str, key: str, mode: str, exhaustive: bool = False) -> str 
     return reason
 
 
+# --- OpInfo error inputs (tests/test_error_inputs.py) --------------------------------------
+
+_ITEM_2 = "value check on the device: issue 19 item 2"
+# ops/indexing.py is being changed by issue 19 item 2: these argument checks wait for it
+_INDEXING = "ops/indexing.py (issue 19 item 2 is changing it)"
+
+XFAIL_ERROR_INPUTS: dict[str, str] = {
+    "multinomial": f"{_ITEM_2} (the probabilities, samples 7-20; with replacement=True "
+    "(14-17) the CPU says 'invalid multinomial distribution (encountering probability "
+    "entry ...)'), and the argument checks of its lowering, which item 2 is changing: a 3-d "
+    "input (0, in the Meta kernel's words), an int64 input (1), a float64 out (2), "
+    "n_sample <= 0 (3, 4), more than 2^24 categories (6)",
+    "masked_scatter": "a uint8 mask (sample 1): the CPU refuses it (masked_scatter_ only "
+    "supports boolean masks), the Meta kernel accepts it; a float mask (0) is refused in the "
+    f"Meta kernel's words (Mask must be bool or uint8); the CPU's check belongs to {_INDEXING}",
+    "masked_select": "out= sharing memory with an input (samples 1, 2) is not refused: the "
+    f"out= kernel is a raw kernel of {_INDEXING}",
+    "index_add": "a source of the wrong shape (sample 0) fails inside the lowering (reported "
+    "as a torch_pjrt bug; the Meta kernel accepts it): ATen's check (source tensor shape "
+    f"must match self tensor shape...) belongs to the lowering, in {_INDEXING}",
+}
+
+ERROR_MESSAGES: dict[str, str] = {
+    "masked_fill": "a value that does not fit the dtype (samples 1, 2): the Meta kernel's "
+    "words 'could not convert to type <class 'float'> without overflow', not the CPU's "
+    "'value cannot be converted to type float without overflow' (the lowering is in "
+    f"{_INDEXING})",
+    "nn.functional.multi_margin_loss": "the forward runs as PyTorch's decomposition "
+    "(torch._decomp), whose checks word shapes as torch.Size([5, 0]) and the target and "
+    "index dtype checks otherwise than the CPU kernel",
+    "nn.functional.multilabel_margin_loss": "the forward runs as PyTorch's decomposition "
+    "(torch._decomp), whose checks word shapes as torch.Size([5, 0]) where the CPU says "
+    "[5, 0]",
+}
+
 # --- core ATen (tests/test_core_aten.py) --------------------------------------------------
 
 # test_example_matches_cpu: ``str(overload)`` -> reason. (Its OpInfo test takes XFAIL and
@@ -279,6 +322,10 @@ XFAIL_DISTRIBUTED: dict[str, str] = {
 SKIP_NO_DTYPE = "no CPU dtype to compare against"
 # an OpInfo op whose samples all raise on the CPU (the CUDA-only jiterator ops): no reference
 SKIP_CPU_REFUSES = "every one of the {total} samples raises on the CPU"
+# an OpInfo op whose error inputs the CPU accepts (PyTorch's own test_errors expects them to
+# fail there: a Python number where the op also takes one)
+SKIP_CPU_ACCEPTS = "the CPU accepts every one of the {total} error inputs"
+SKIP_NO_ERROR_INPUTS = "the OpInfo entry makes no error inputs for the CPU"
 # likewise nothing to compare: no samples, no gradient or no variant the CPU computes
 SKIP_NO_SAMPLES = "the OpInfo entry has no samples"
 SKIP_NO_GRADIENT = "none of the {total} samples has a gradient the CPU computes"

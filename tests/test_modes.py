@@ -282,7 +282,7 @@ def test_check_numerics_reports_a_diverging_op():
 def test_debug_mode_is_synchronous_and_errors_surface_at_the_line():
     x = torch.ones(2, 3).to("pjrt")
     with torch_pjrt.mode("debug"):
-        with pytest.raises(RuntimeError, match="broadcast"):
+        with pytest.raises(RuntimeError, match="must match the size of tensor b"):
             x + torch.ones(4).to("pjrt")
 
 

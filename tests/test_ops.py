@@ -183,14 +183,34 @@ def _to_pjrt_device(v):
     return v
 
 
-def to_pjrt(args, kwargs):
+def _storage_on_pjrt(t: torch.Tensor, storages: dict) -> torch.Tensor:
+    """``t`` as the same view of its storage, the storage moved to pjrt once (so views
+    of one storage stay views of one storage there, with their strides)."""
+    storage = t.untyped_storage()
+    key = (storage.data_ptr(), t.dtype)
+    base = storages.get(key)
+    if base is None:
+        whole = torch.empty(0, dtype=t.dtype).set_(storage, 0, (storage.nbytes() // t.itemsize,))
+        base = storages[key] = whole.detach().to("pjrt")
+    return base.as_strided(t.shape, t.stride(), t.storage_offset())
+
+
+def to_pjrt(args, kwargs, views: bool = False):
     """The sample's arguments with every tensor moved to pjrt (aliases kept) and
-    ``device=`` arguments pointed at pjrt."""
+    ``device=`` arguments pointed at pjrt. ``views``: CPU tensors move as views of their
+    storages (strides, and memory shared between tensors, kept), not as contiguous
+    copies."""
     moved: dict = {}
+    storages: dict = {}
 
     def move(t):
         if id(t) not in moved:
-            moved[id(t)] = t.detach().to("pjrt") if t.device.type == "cpu" else t.detach()
+            if t.device.type != "cpu":
+                moved[id(t)] = t.detach()
+            elif views and t.layout is torch.strided and t.untyped_storage().nbytes():
+                moved[id(t)] = _storage_on_pjrt(t.detach(), storages)
+            else:
+                moved[id(t)] = t.detach().to("pjrt")
         return moved[id(t)]
 
     args = _map(move, args)

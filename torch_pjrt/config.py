@@ -232,6 +232,11 @@ class Config:
             ``TORCH_PJRT_MODE``; see :mod:`torch_pjrt.modes` and docs/modes.md).
         fused_max_ops: in fused mode, the recording runs as a program once it holds
             this many ops (``TORCH_PJRT_FUSED_MAX_OPS``, default 5000; at least 1).
+        checks: check values on the device as CPU PyTorch does (indices in range, class
+            targets, divisors), reported at the next host sync
+            (``TORCH_PJRT_CHECKS``, default on; see :mod:`torch_pjrt.runtime.asserts`).
+            Off, programs compute no checks (peak speed). Read when a program is built:
+            eager ops follow a change at once, compiled graphs when they compile.
         check_nan: raise at the first op whose result has a NaN or an infinity
             (``TORCH_PJRT_CHECK_NAN``); ops then run one at a time, synchronously.
         check_numerics: run every op on the CPU too and warn at the first op whose
@@ -273,6 +278,7 @@ class Config:
     buckets: object = _field("pow2", "TORCH_PJRT_BUCKETS", _Buckets())
     mode: str = _field("fused", "TORCH_PJRT_MODE", _Choice(MODES))
     fused_max_ops: int = _field(5000, "TORCH_PJRT_FUSED_MAX_OPS", _Int(1))
+    checks: bool = _field(True, "TORCH_PJRT_CHECKS", _Bool())
     check_nan: bool = _field(False, "TORCH_PJRT_CHECK_NAN", _Bool())
     check_numerics: bool = _field(False, "TORCH_PJRT_CHECK_NUMERICS", _Bool())
     strict: bool = _field(False, "TORCH_PJRT_STRICT", _Bool())

@@ -13,6 +13,7 @@ import collections
 import itertools
 import math
 import operator
+import re
 
 import jax
 import jax.numpy as jnp
@@ -35,8 +36,8 @@ from torch_pjrt.device.tensor import (
 )
 from torch_pjrt.modes import fused
 from torch_pjrt.ops.registry import Lowering, LoweringMissing, Signature, graph_lookup, lookup
+from torch_pjrt.runtime import asserts, executor
 from torch_pjrt.runtime import events as metrics
-from torch_pjrt.runtime import executor
 
 aten = torch.ops.aten
 
@@ -115,6 +116,12 @@ def node_supported(node: torch.fx.Node) -> bool:
         indices = node.args[1] if len(node.args) > 1 else node.kwargs.get("indices", ())
         return not any(_is_mask(i) for i in indices)
     return True
+
+
+def _source_line(node: torch.fx.Node) -> str | None:
+    """The user's line a node of a Dynamo graph comes from ('file:line'), if known."""
+    found = re.findall(r'File "([^"]+)", line (\d+)', node.meta.get("stack_trace") or "")
+    return f"{found[-1][0]}:{found[-1][1]}" if found else None
 
 
 def _scalar(v):
@@ -270,7 +277,9 @@ class GraphProgram:
             if call is None:  # size arithmetic on static Python ints
                 env[n] = target(*args, **kwargs)
                 continue
+            before = asserts.label((target, _source_line(n)))  # (what a check names)
             env[n] = call(args, kwargs, next_key() if call.random else None)
+            asserts.label(before)
         outs = []
         for i, o in enumerate(self.outputs):
             v = load(o)
@@ -552,7 +561,10 @@ class GraphProgram:
         random = bool(self.random_nodes)
         rng = pjrt_random.next_key_parts(index) if random else (0, 0)
         program = self.program.jitted(key)
-        outs, new_values = fused.record(program, ((), arrays, rng), index, self.name, random)
+        recorded = fused.record(program, ((), arrays, rng), index, self.name, random)
+        if recorded.__class__ is asserts.Checked:
+            recorded = asserts.unpack(recorded, self.name)
+        outs, new_values = recorded
         for p, value in zip(self.mutated_positions, new_values):
             write(args[p], value, owned=True)
         return self._results(outs, key, args, index)

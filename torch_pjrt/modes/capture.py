@@ -24,6 +24,7 @@ The program, its inputs and its donations are those of a fused recording
 
 from __future__ import annotations
 
+import functools
 import weakref
 
 import jax
@@ -32,8 +33,8 @@ import numpy as np
 from torch_pjrt import config
 from torch_pjrt.modes import fused
 from torch_pjrt.modes.fused import Pending
+from torch_pjrt.runtime import asserts, executor, platform
 from torch_pjrt.runtime import events as metrics
-from torch_pjrt.runtime import executor, platform
 from torch_pjrt.runtime.transfer import jax_dtype
 
 __all__ = ["Capture", "CaptureError", "Captured", "active", "begin"]
@@ -84,6 +85,7 @@ class Capture:
         self.inputs: dict = {}
         self.made: weakref.WeakSet = weakref.WeakSet()  # cells made during the capture
         self.rng: list = []  # (seed slot, offset slot, offset) of each random op
+        self.checks: list = []  # (flags, specs, op, line) of the ops' value checks
         # (devices, wrap, to_global, to_local) once a collective was recorded: the graph
         # is then one rank's part of an SPMD program over the process group's devices
         self.mesh = None
@@ -155,6 +157,7 @@ class Capture:
         del _active[self.index]
         fused.capturing -= 1
         config.recording(False)
+        asserts.capture_sink = None
 
     def abort(self, error: Exception | None = None) -> None:
         """End the capture keeping nothing: every cell as it was before it began."""
@@ -186,6 +189,13 @@ class Capture:
         outputs = tuple(wheres)
         out_cells = [wheres[w] for w in outputs]
         avals = [nodes[n][3][i].aval for n, i in outputs]
+        # the value checks of the ops recorded: outputs too, read after each replay
+        checks = [
+            (p.where, specs, op, line)
+            for p, specs, op, line in self.checks
+            if p.__class__ is Pending and p.graph is graph and p.value is None
+        ]
+        outputs += tuple([where for where, *_ in checks])
         # an input cell the graph overwrites (a parameter, an optimizer state) whose
         # value keeps its shape: its buffer may be reused for the new value
         # (a value stored with another shape than the graph reads it with, a flat copy_
@@ -225,6 +235,7 @@ class Capture:
             aliases=aliases,
             constant_writes=constants,
             names=list(graph.names),
+            checks=[rest for _, *rest in checks],
             line=self.line,
             mesh=self.mesh,
         )
@@ -256,6 +267,7 @@ def begin(index: int, rng_offset: int) -> Capture:
     _active[index] = capture
     fused.capturing += 1
     config.recording(True)
+    asserts.capture_sink = lambda *check: capture.checks.append(check)
     return capture
 
 
@@ -264,6 +276,13 @@ def _on(x, device):
     if x.__class__ is int:
         return jax.device_put(np.int64(x), device)
     return x
+
+
+def _still_stored(out_cells, ids) -> list:
+    """The values a replay stored that its cells still hold (for ``asserts``)."""
+    return [
+        cell._value for cells, i in zip(out_cells, ids) for cell in cells if id(cell._value) == i
+    ]
 
 
 _MAX_PROGRAMS = 64
@@ -367,6 +386,11 @@ class Captured:
         values = self.program(donated, gone, rest)
         if mesh is not None:
             values = [mesh[3](v) for v in values]
+        if self.checks:  # (the values after the cells' are the recorded ops' checks)
+            n = len(self.out_cells)
+            stored = functools.partial(_still_stored, self.out_cells, [id(v) for v in values[:n]])
+            for (specs, op, line), flags in zip(self.checks, values[n:]):
+                asserts.expect(flags, specs, op, line, stored)
         for cells, value in zip(self.out_cells, values):
             if len(cells) == 1:
                 cells[0].own(value)

@@ -61,7 +61,7 @@ class Unfusable(Exception):
 class Pending:
     """A value a recorded op will produce: its shape and dtype, and later its array."""
 
-    __slots__ = ("aval", "dtype", "error", "graph", "shape", "value", "where")
+    __slots__ = ("aval", "dtype", "error", "graph", "shape", "value", "where", "__weakref__")
 
     def __init__(self, out: tuple, graph, where):
         self.aval, self.shape, self.dtype = out

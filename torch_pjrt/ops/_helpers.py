@@ -43,6 +43,14 @@ def unsupported(op: str, x) -> NotImplementedError:
     return refusal(NotImplementedError(f"\"{op}_cpu\" not implemented for '{name}'"))
 
 
+def check(ok: bool, message, error: type = RuntimeError) -> None:
+    """``torch._check`` for a lowering: raise ``error(message)`` (``message`` a string or
+    a function making one) as a :func:`refusal` unless ``ok``; for PyTorch's argument
+    checks that its Meta kernel does not make, or words otherwise than the CPU."""
+    if not ok:
+        raise refusal(error(message() if callable(message) else message))
+
+
 def scalar(value, dtype):
     """A Scalar argument in ``dtype`` (weak JAX scalars would otherwise promote ints)."""
     return cast(value, dtype)
@@ -71,8 +79,10 @@ def maybe_wrap_dim(d: int, ndim: int) -> int:
     """``wrap_dim`` that raises PyTorch's IndexError for a dim out of range."""
     n = ndim if ndim > 0 else 1
     if not -n <= d < n:
-        raise IndexError(
-            f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {d})"
+        raise refusal(
+            IndexError(
+                f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {d})"
+            )
         )
     return d % n
 

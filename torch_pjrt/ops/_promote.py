@@ -16,6 +16,7 @@ import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as KIND
 from torch._prims_common import elementwise_dtypes
 
+from torch_pjrt.ops.registry import refusal
 from torch_pjrt.runtime.transfer import jax_dtype, torch_dtype
 
 __all__ = [
@@ -99,6 +100,7 @@ def promote(kind=KIND.DEFAULT, n=None):
             bound.update(kwargs)
             values = [bound.get(name) for name in promoted]
             arrays = [v for v in values if v is not None and not isinstance(v, str)]
+            _check_broadcast([v.shape for v in arrays if hasattr(v, "shape")])
             compute, result = result_type(*arrays, kind=kind)
             for name in promoted:
                 v = bound.get(name)
@@ -110,6 +112,26 @@ def promote(kind=KIND.DEFAULT, n=None):
         return lowered
 
     return wrap
+
+
+def _check_broadcast(shapes) -> None:
+    """TensorIterator's broadcast of an elementwise op's operands, in its words (the Meta
+    kernels of these ops word a mismatch otherwise)."""
+    if len(shapes) < 2:
+        return
+    out = tuple(shapes[0])
+    for shape in shapes[1:]:
+        n = max(len(out), len(shape))
+        a, b = (1,) * (n - len(out)) + out, (1,) * (n - len(shape)) + tuple(shape)
+        for i in reversed(range(n)):
+            if a[i] != b[i] and a[i] != 1 and b[i] != 1:
+                raise refusal(
+                    RuntimeError(
+                        f"The size of tensor a ({a[i]}) must match the size of tensor b "
+                        f"({b[i]}) at non-singleton dimension {i}"
+                    )
+                )
+        out = tuple(y if x == 1 else x for x, y in zip(a, b))
 
 
 _LOW = (jnp.float16, jnp.bfloat16)

@@ -224,7 +224,9 @@ def hardshrink_backward(grad_out, self, lambd):
     return jnp.where((self >= -lambd) & (self <= lambd), 0, grad_out)
 
 
-@lowers(aten.softshrink.default)
+# NOTE: lambd is static (one program per value) because PyTorch checks its value, and
+# the Meta kernel that checks it runs once per program (registry.Kernel._check_arguments)
+@lowers(aten.softshrink.default, static=("lambd",))
 @promote(n=1)
 def softshrink(self, lambd=0.5):
     lambd = scalar(lambd, self.dtype)

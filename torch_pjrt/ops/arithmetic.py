@@ -13,6 +13,7 @@ from jax import lax
 from torch_pjrt.ops._helpers import is_bool, is_float, scalar, unsupported
 from torch_pjrt.ops._promote import KIND, cast, promote, result_type
 from torch_pjrt.ops.registry import lowers
+from torch_pjrt.runtime import asserts
 
 aten = torch.ops.aten
 
@@ -81,8 +82,7 @@ def _floor_divide(a, b):
         floor = jnp.where(div - floor > 0.5, floor + 1, floor)
         floor = jnp.where(div == 0, jnp.copysign(jnp.zeros_like(div), a / b), floor)
         return jnp.where(b == 0, a / b, floor)
-    # NOTE: integer division by zero raises on the CPU; like CUDA, the device cannot
-    # raise from inside a program, and XLA defines the quotient as -1.
+    _check_divisor(b)
     q = lax.div(a, b)
     r = lax.rem(a, b)
     return jnp.where((r != 0) & ((r < 0) != (b < 0)), q - 1, q)
@@ -90,7 +90,16 @@ def _floor_divide(a, b):
 
 def _trunc_divide(a, b):
     a, b = jnp.broadcast_arrays(a, b)
-    return jnp.trunc(a / b) if is_float(a) else lax.div(a, b)
+    if is_float(a):
+        return jnp.trunc(a / b)
+    _check_divisor(b)
+    return lax.div(a, b)
+
+
+def _check_divisor(b) -> None:
+    """Integer division by zero raises on the CPU (XLA would give -1): checked on the
+    device (``runtime.asserts``)."""
+    asserts.check(b != 0, RuntimeError, "ZeroDivisionError")
 
 
 @lowers(aten.div.Tensor, aten.div.Scalar)
@@ -127,6 +136,8 @@ def remainder(self, other):
     if is_bool(self):
         raise unsupported("remainder", self)
     self, other = jnp.broadcast_arrays(self, other)
+    if not is_float(self):
+        _check_divisor(other)
     mod = jnp.fmod(self, other) if is_float(self) else lax.rem(self, other)
     return jnp.where((mod != 0) & ((other < 0) != (mod < 0)), mod + other, mod)
 

@@ -38,14 +38,16 @@ def _acc_dtype(dtype: torch.dtype):
 
 
 def _arange_length(start, end, step, dtype: torch.dtype) -> int:
-    if dtype == torch.int64:
-        start, end, step = int(start), int(end), int(step)
     if step == 0:
         raise RuntimeError("step must be nonzero")
+    if dtype == torch.int64:
+        start, end, step = int(start), int(end), int(step)
+    if step == 0:  # (a fractional step of an integer arange: PyTorch's ValueError)
+        raise ValueError("step must be nonzero")
     if not (math.isfinite(start) and math.isfinite(end)):
         raise RuntimeError(f"unsupported range: {start} -> {end}")
     if (step > 0 and end < start) or (step < 0 and end > start):
-        raise RuntimeError("upper bound and larger bound inconsistent with step sign")
+        raise RuntimeError("upper bound and lower bound inconsistent with step sign")
     if dtype == torch.int64:
         # ATen's integer formula: (end - start + step - sign(step)) / step, truncated
         sign = (step > 0) - (step < 0)

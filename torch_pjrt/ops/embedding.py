@@ -9,6 +9,7 @@ import torch
 
 from torch_pjrt.ops._promote import opmath
 from torch_pjrt.ops.registry import lowers
+from torch_pjrt.runtime import asserts
 
 aten = torch.ops.aten
 
@@ -76,6 +77,15 @@ def _embedding_bag(
     forward_only,
 ):  # fmt: skip
     n, itype = indices.shape[0], indices.dtype
+    rows = weight.shape[0]
+    ok = (indices >= 0) & (indices < rows)
+    asserts.check(
+        ok,
+        RuntimeError,
+        "Index {} of input takes value {} which is not in the valid range [0, " + f"{rows})",
+        jnp.argmin(ok) if n else 0,
+        asserts.first_bad(indices, ok),
+    )
     bags = offsets.shape[0] - int(include_last_offset)
     # each bag ends where the next begins, the last at the end of indices
     bag = _offset2bag(offsets[:bags], n, itype)

@@ -8,7 +8,9 @@ import jax
 import jax.numpy as jnp
 import torch
 
+from torch_pjrt.ops._helpers import check, dtype_name
 from torch_pjrt.ops.registry import declined, lowers
+from torch_pjrt.runtime.transfer import torch_dtype
 
 aten = torch.ops.aten
 
@@ -313,8 +315,43 @@ def linalg_householder_product(input, tau):
     return X
 
 
+def _check_ormqr(self, tau, other, left: bool) -> None:
+    """ATen's checks of ``ormqr``'s arguments, in its words and order."""
+    check(self.ndim >= 2, "torch.ormqr: input must have at least 2 dimensions.")
+    check(other.ndim >= 2, "torch.ormqr: other must have at least 2 dimensions.")
+    check(tau.ndim > 0, "Dimension specified as -1 but tensor has no dimensions", IndexError)
+    side = -2 if left else -1
+    check(
+        tau.shape[-1] == min(other.shape[side], self.shape[-1]),
+        f"torch.ormqr: tau.shape[-1] must be equal to min(other.shape[{side}], input.shape[-1])",
+    )
+    check(
+        other.shape[side] == self.shape[-2],
+        f"torch.ormqr: other.shape[{side}] must be equal to input.shape[-2]",
+    )
+    for name, x, core in (("tau", tau, 1), ("other", other, 2)):
+        batch = list(x.shape[: x.ndim - core])
+        check(
+            batch == list(self.shape[:-2]),
+            lambda: (
+                f"torch.ormqr: Expected batch dimensions of {name} to be equal to "
+                f"input.shape[:-2], but got {batch}"
+            ),
+        )
+    for name, x in (("tau", tau), ("other", other)):
+        check(
+            x.dtype == self.dtype,
+            lambda: (
+                f"torch.ormqr: Expected input and {name} to have the same dtype, but input "
+                f"has dtype{dtype_name(torch_dtype(self.dtype))} and {name} has dtype "
+                f"{dtype_name(torch_dtype(x.dtype))}"
+            ),
+        )
+
+
 @lowers(aten.ormqr.default)
 def ormqr(self, input2, input3, left=True, transpose=False):
+    _check_ormqr(self, input2, input3, left)
     k = input2.shape[-1]
     order = range(k)
     # Q = H_1 ... H_k; Q^H = H_k^H ... H_1^H
@@ -335,8 +372,33 @@ def ormqr(self, input2, input3, left=True, transpose=False):
 # --- least squares ---------------------------------------------------------------------------
 
 
+def _check_lstsq(self, b) -> None:
+    """ATen's checks of ``linalg_lstsq``'s shapes and dtypes, in its words and order."""
+    check(self.ndim >= 2, "torch.linalg.lstsq: input must have at least 2 dimensions.")
+    check(b.ndim >= 1, "torch.linalg.lstsq: other must have at least 1 dimension.")
+    check(
+        self.dtype == b.dtype,
+        lambda: (
+            "torch.linalg.lstsq: Expected input and other to have the same dtype, but got "
+            f"input's dtype {dtype_name(torch_dtype(self.dtype))} and other's dtype "
+            f"{dtype_name(torch_dtype(b.dtype))}"
+        ),
+    )
+    vector = self.ndim - b.ndim == 1
+    check(
+        0 <= self.ndim - b.ndim <= 1,
+        "torch.linalg.lstsq: input.dim() must be greater or equal to other.dim() and "
+        "(input.dim() - other.dim()) <= 1",
+    )
+    check(
+        self.shape[-2] == b.shape[-1 if vector else -2],
+        f"torch.linalg.lstsq: input.size(-2) should match other.size({-1 if vector else -2})",
+    )
+
+
 @lowers(aten.linalg_lstsq.default)
 def linalg_lstsq(self, b, rcond=None, driver=None):
+    _check_lstsq(self, b)
     driver = driver or "gelsy"
     if driver not in ("gels", "gelsy", "gelsd", "gelss"):
         raise RuntimeError(

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from torch_pjrt.ops._helpers import run_jitted, spaced
+from torch_pjrt.ops._helpers import check, run_jitted, spaced
 from torch_pjrt.ops._promote import is_low_float
 from torch_pjrt.ops.registry import Kernel, Lowering, implements, lowers
 from torch_pjrt.ops.variants import resize_output
@@ -126,14 +126,49 @@ def histogram_bins_tensor(self, bins, weight=None, density=False):
     return hist, bins
 
 
+def _check_histogramdd(self, bins, range_, counts: bool) -> None:
+    """ATen's checks of ``histogramdd``'s shapes, bin counts and range, in its words."""
+    check(self.ndim >= 2, "torch.histogramdd: input tensor should have at least 2 dimensions")
+    n = self.shape[-1]
+    check(
+        len(bins) == n,
+        "histogramdd: The size of bins must be equal to the innermost dimension of the input.",
+    )
+    if counts:
+        for dim, count in enumerate(bins):
+            check(
+                count > 0,
+                lambda: f"torch.histogram(): bins must be > 0, but got {count} for dimension {dim}",
+            )
+    if range_ is None:
+        return
+    check(
+        len(range_) == 2 * n,
+        lambda: (
+            f"torch.histogramdd: for a {n}-dimensional histogram range should have {2 * n} "
+            f"elements, but got {len(range_)}"
+        ),
+    )
+    for dim, (lo, hi) in enumerate(zip(range_[0::2], range_[1::2])):
+        check(
+            lo <= hi,
+            lambda: (
+                f"torch.histogramdd: min should not exceed max, but got min {lo:g} max "
+                f"{hi:g} for dimension {dim}"
+            ),
+        )
+
+
 @lowers(aten._histogramdd_bin_edges.default)
 def _histogramdd_bin_edges(self, bins, range=None, weight=None, density=False):
+    _check_histogramdd(self, bins, range, counts=False)
     lo, hi = _outer_edges(_as_rows(self, self.shape[-1]), range)
     return _even_edges(lo, hi, bins, self.dtype)
 
 
 @lowers(aten._histogramdd_from_bin_cts.default)
 def _histogramdd_from_bin_cts(self, bins, range=None, weight=None, density=False):
+    _check_histogramdd(self, bins, range, counts=True)
     x = _as_rows(self, self.shape[-1])
     lo, hi = _outer_edges(x, range)
     return _histogramdd(x, _even_edges(lo, hi, bins, self.dtype), weight, density, _LOCAL_SEARCH)

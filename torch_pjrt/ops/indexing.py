@@ -4,6 +4,10 @@ Boolean masks in ``index``/``index_put`` and the data-dependent ops (``nonzero``
 ``masked_select``, ``unique``) need the number of selected elements to fix the result
 shape, so they are raw kernels that read that count on the host (a counted host sync)
 and then run a static-shape lowering.
+
+Every index is checked on the device as CPU PyTorch checks it, with its exception type
+and message (:func:`_check_index`, ``runtime.asserts``): XLA would clamp it, or drop the
+write, silently.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from torch_pjrt.ops._helpers import dtype_name, run_jitted, wrap_dim
 from torch_pjrt.ops.registry import Kernel, Lowering, implements, lowers
 from torch_pjrt.ops.registry import lowers_in_graphs as in_graphs
 from torch_pjrt.ops.variants import resize_output
+from torch_pjrt.runtime import asserts
 from torch_pjrt.runtime import events as metrics
 
 aten = torch.ops.aten
@@ -104,15 +109,39 @@ def _add_at(self, where, values):
     return self.astype(jnp.int32).at[where].add(values.astype(jnp.int32)) != 0
 
 
+def _check_index(index, size: int, message: str, error=IndexError, negative=True) -> None:
+    """Check on the device that ``index`` is in ``[-size, size)`` (``negative``) or
+    ``[0, size)``; else ``error(message)`` at the next host sync, ``{}`` in ``message``
+    being the first bad index."""
+    ok = (index < size) & (index >= (-size if negative else 0))
+    asserts.check(ok, error, message, asserts.first_bad(index, ok))
+
+
+def _bounds(dim: int, size: int) -> str:
+    return f"index {{}} is out of bounds for dimension {dim} with size {size}"
+
+
 def _index_tuple(indices) -> tuple:
     return tuple(slice(None) if i is None else i for i in indices)
 
 
+def _check_indices(self, indices) -> None:
+    """Advanced indexing's check: each index tensor within its dimension (named, as
+    ATen names it, by its place among the index tensors: ``x[:, i]``'s is "0")."""
+    k = 0
+    for d, i in enumerate(indices):
+        if i is not None:
+            if i.dtype not in (jnp.bool_, jnp.uint8):
+                _check_index(i, self.shape[d], _bounds(k, self.shape[d]))
+            k += 1
+
+
 def _index_lowering(self, indices):
+    _check_indices(self, indices)
     return self[_index_tuple(indices)]
 
 
-def _index_put_lowering(self, indices, values, accumulate=False):
+def _index_put_lowering(self, indices, values, accumulate=False, checked=True):
     values = values.astype(self.dtype)
     masks = [
         i for i, t in enumerate(indices) if t is not None and t.dtype in (jnp.bool_, jnp.uint8)
@@ -122,6 +151,8 @@ def _index_put_lowering(self, indices, values, accumulate=False):
         before, mask = masks[0], indices[masks[0]].astype(bool)
         mask = mask.reshape((1,) * before + mask.shape + (1,) * (self.ndim - before - mask.ndim))
         return jnp.where(mask, self + values if accumulate else values, self)
+    if checked:
+        _check_indices(self, indices)
     where = _index_tuple(indices)
     return _add_at(self, where, values) if accumulate else self.at[where].set(values)
 
@@ -180,14 +211,26 @@ def _index_put_impl_(self, indices, values, accumulate=False, unsafe=False):
 # --- in graphs: integer indices (boolean masks have data-dependent shapes) ----------------
 
 
-@in_graphs(aten.index.Tensor, aten._unsafe_index.Tensor)
+@in_graphs(aten.index.Tensor)
 def index_in_graphs(self, indices):
     return _index_lowering(self, indices)
 
 
-@in_graphs(aten.index_put.default, aten._unsafe_index_put.default)
+@in_graphs(aten.index_put.default)
 def index_put_in_graphs(self, indices, values, accumulate=False):
     return _index_put_lowering(self, indices, values, accumulate)
+
+
+# the unsafe variants come from decompositions whose indices are in range by
+# construction (upsampling, say): nothing to check
+@in_graphs(aten._unsafe_index.Tensor)
+def unsafe_index_in_graphs(self, indices):
+    return self[_index_tuple(indices)]
+
+
+@in_graphs(aten._unsafe_index_put.default)
+def unsafe_index_put_in_graphs(self, indices, values, accumulate=False):
+    return _index_put_lowering(self, indices, values, accumulate, checked=False)
 
 
 @implements(aten.masked_select.default)
@@ -244,6 +287,8 @@ def gather(self, dim, index, sparse_grad=False):
         return jnp.zeros(shape, self.dtype)
     self, index = _as_1d(self), _as_1d(index)
     dim = wrap_dim(dim, self.ndim)
+    size = self.shape[dim]
+    _check_index(index, size, _bounds(dim, size), RuntimeError, negative=False)
     src = self[tuple(slice(None) if d == dim else slice(0, n) for d, n in enumerate(index.shape))]
     return jnp.take_along_axis(src, index, axis=dim).reshape(shape)
 
@@ -290,6 +335,13 @@ def _scatter_src(src, index):
     return src[tuple(slice(0, n) for n in index.shape)]
 
 
+def _scatter_where(self, dim, index) -> tuple:
+    """The positions a scatter along ``dim`` writes, its index checked as ATen does."""
+    size = self.shape[dim]
+    _check_index(index, size, _bounds(dim, size), RuntimeError, negative=False)
+    return _along(index, dim)
+
+
 @lowers(aten.scatter)
 def scatter(self, dim, index, src=None, value=None, reduce=None):
     if index.size == 0:
@@ -301,7 +353,7 @@ def scatter(self, dim, index, src=None, value=None, reduce=None):
         src = jnp.broadcast_to(jnp.asarray(value).astype(self.dtype), index.shape)
     else:
         src = _scatter_src(_as_1d(src), index)
-    where = _along(index, dim)
+    where = _scatter_where(self, dim, index)
     if reduce is None:
         out = self.at[where].set(src.astype(self.dtype))
     else:
@@ -315,7 +367,7 @@ def scatter_add(self, dim, index, src):
         return self
     shape = self.shape
     self, index, src = _as_1d(self), _as_1d(index), _as_1d(src)
-    where = _along(index, wrap_dim(dim, self.ndim))
+    where = _scatter_where(self, wrap_dim(dim, self.ndim), index)
     return _add_at(self, where, _scatter_src(src, index).astype(self.dtype)).reshape(shape)
 
 
@@ -325,12 +377,18 @@ def scatter_reduce(self, dim, index, src, reduce, include_self=True):
         return self
     shape = self.shape
     self, index, src = _as_1d(self), _as_1d(index), _as_1d(src)
-    where = _along(index, wrap_dim(dim, self.ndim))
+    where = _scatter_where(self, wrap_dim(dim, self.ndim), index)
     return _reduce_into(self, where, _scatter_src(src, index), reduce, include_self).reshape(shape)
 
 
-def _at_dim(self, dim: int, index) -> tuple:
-    return (slice(None),) * wrap_dim(dim, self.ndim) + (index.reshape(-1),)
+_OUT_OF_RANGE = "index out of range in self"  # (index_select, index_add, embedding: ATen's)
+
+
+def _at_dim(self, dim: int, index, message: str = _OUT_OF_RANGE, negative=False) -> tuple:
+    """The positions ``self[..., index, ...]`` along ``dim``, the index checked."""
+    dim = wrap_dim(dim, self.ndim)
+    _check_index(index, self.shape[dim], message, negative=negative)
+    return (slice(None),) * dim + (index.reshape(-1),)
 
 
 def _source_like(self, dim: int, index, source):
@@ -343,8 +401,11 @@ def _source_like(self, dim: int, index, source):
 @lowers(aten.index_select.default)
 def index_select(self, dim, index):
     if self.ndim == 0:
+        _check_index(index, 1, _OUT_OF_RANGE, negative=False)
         return self.reshape(1)[index.reshape(-1)].reshape(())
-    return jnp.take(self, index.reshape(-1), axis=wrap_dim(dim, self.ndim))
+    dim = wrap_dim(dim, self.ndim)
+    _check_index(index, self.shape[dim], _OUT_OF_RANGE, negative=False)
+    return jnp.take(self, index.reshape(-1), axis=dim)
 
 
 @lowers(aten.index_add.default)
@@ -362,7 +423,9 @@ def index_copy(self, dim, index, source):
     shape = self.shape
     self = _as_1d(self)
     source = _source_like(self, dim, index, source)
-    return self.at[_at_dim(self, dim, index)].set(source).reshape(shape)
+    d = wrap_dim(dim, self.ndim)
+    message = "index_copy_(): " + _bounds(d, self.shape[d])
+    return self.at[_at_dim(self, dim, index, message)].set(source).reshape(shape)
 
 
 @lowers(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
@@ -370,7 +433,9 @@ def index_fill(self, dim, index, value):
     shape = self.shape
     self = _as_1d(self)
     value = jnp.asarray(value).astype(self.dtype)
-    return self.at[_at_dim(self, dim, index)].set(value).reshape(shape)
+    d = wrap_dim(dim, self.ndim)
+    where = _at_dim(self, dim, index, _bounds(d, self.shape[d]), negative=True)
+    return self.at[where].set(value).reshape(shape)
 
 
 @lowers(aten.index_reduce.default)
@@ -387,13 +452,19 @@ def index_reduce(self, dim, index, source, reduce, include_self=True):
 def put(self, index, source, accumulate=False):
     flat = self.reshape(-1)
     index, source = index.reshape(-1), source.reshape(-1).astype(self.dtype)
+    _check_index(index, flat.size, _take_range(flat.size))
     flat = _add_at(flat, index, source) if accumulate else flat.at[index].set(source)
     return flat.reshape(self.shape)
 
 
 @lowers(aten.take.default)
 def take(self, index):
+    _check_index(index, self.size, _take_range(self.size))
     return self.reshape(-1)[index]
+
+
+def _take_range(n: int) -> str:
+    return f"out of range: tried to access index {{}} on a tensor of {n} elements."
 
 
 # --- unique: the number of distinct values is read on the host --------------------------
@@ -493,4 +564,5 @@ def repeat_interleave(repeats, *, output_size=None):
 
 
 def _repeat_index(repeats, size):
+    asserts.check(repeats >= 0, RuntimeError, "repeats can not be negative")
     return jnp.repeat(jnp.arange(repeats.shape[0]), repeats, total_repeat_length=size)

@@ -12,6 +12,7 @@ import torch
 from torch_pjrt.ops._helpers import vjp
 from torch_pjrt.ops._promote import upcast
 from torch_pjrt.ops.registry import lowers
+from torch_pjrt.runtime import asserts
 
 aten = torch.ops.aten
 
@@ -50,6 +51,9 @@ def _nll_pick(self, target, weight, ignore_index):
 
 
 def _nll_forward(self, target, weight, reduction, ignore_index):
+    classes = self.shape[0 if self.ndim == 1 else 1]
+    ok = (target == ignore_index) | ((target >= 0) & (target < classes))
+    asserts.check(ok, IndexError, "Target {} is out of bounds.", asserts.first_bad(target, ok))
     losses, w = _nll_pick(self, target, weight, ignore_index)
     if reduction == 0:
         return losses.astype(self.dtype), jnp.zeros((), self.dtype)
@@ -141,6 +145,9 @@ def huber_loss_backward(grad_output, self, target, reduction, delta):
 @lowers(aten.binary_cross_entropy.default)
 def binary_cross_entropy(self, target, weight=None, reduction=1):
     x, t = upcast(self), upcast(target)
+    asserts.check(
+        (x >= 0) & (x <= 1), RuntimeError, "all elements of input should be between 0 and 1"
+    )
     # CPU clamps each log at -100 so that a saturated input gives a finite loss
     loss = -(t * jnp.maximum(jnp.log(x), -100) + (1 - t) * jnp.maximum(jnp.log1p(-x), -100))
     if weight is not None:

@@ -16,6 +16,7 @@ from torch_pjrt.ops._helpers import default_dtype
 from torch_pjrt.ops._promote import result_type
 from torch_pjrt.ops.registry import implements, lowers, refusal
 from torch_pjrt.ops.registry import lowers_in_graphs as in_graphs
+from torch_pjrt.runtime import asserts
 
 aten = torch.ops.aten
 
@@ -89,6 +90,8 @@ def normal_(self, mean=0.0, std=1.0, *, generator=None):
 def normal(mean, std=1.0, generator=None, *, key):
     _check_generator(generator)
     arrays = [x for x in (mean, std) if not isinstance(x, float)]
+    if not isinstance(std, float):
+        asserts.check(std >= 0, RuntimeError, "normal expects all elements of std >= 0.0")
     dtype = result_type(*arrays)[1]
     shape = jnp.broadcast_shapes(*(x.shape for x in arrays))
     return (mean + std * _normal(key, shape, dtype)).astype(dtype)
@@ -109,6 +112,13 @@ def normal_float_float(
 def bernoulli(self, p=None, generator=None, *, key):
     _check_generator(generator)
     p = self if p is None else p
+    if not isinstance(p, float):
+        asserts.check(
+            (p >= 0) & (p <= 1),
+            RuntimeError,
+            "Expected p_in >= 0 && p_in <= 1 to be true, but got false.  (Could this error "
+            "message be improved?  If so, please report an enhancement request to PyTorch.)",
+        )
     u = jax.random.uniform(key, self.shape, _float_dtype(jnp.result_type(p, jnp.float32)))
     return (u < p).astype(self.dtype)
 
@@ -227,7 +237,18 @@ def multinomial(self, num_samples, replacement=False, generator=None, *, key):
         raise refusal(
             RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without replacement")
         )
-    logits = jnp.log(self.astype(_float_dtype(self.dtype)))
+    probs = self.astype(_float_dtype(self.dtype))
+    asserts.check(
+        jnp.isfinite(probs) & (probs >= 0),
+        RuntimeError,
+        "probability tensor contains either `inf`, `nan` or element < 0",
+    )
+    asserts.check(
+        jnp.sum(probs, axis=-1) > 0,
+        RuntimeError,
+        "invalid multinomial distribution (sum of probabilities <= 0)",
+    )
+    logits = jnp.log(probs)
     if replacement:
         shape = (num_samples,) + logits.shape[:-1]
         draws = jax.random.categorical(key, logits, axis=-1, shape=shape)

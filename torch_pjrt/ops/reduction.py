@@ -6,10 +6,17 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from torch_pjrt.ops._helpers import from_last, is_float, maybe_wrap_dim, to_last
+from torch_pjrt.ops._helpers import (
+    check,
+    dtype_name,
+    from_last,
+    is_float,
+    maybe_wrap_dim,
+    to_last,
+)
 from torch_pjrt.ops._promote import KIND, result_type
 from torch_pjrt.ops.registry import lowers
-from torch_pjrt.runtime.transfer import jax_dtype
+from torch_pjrt.runtime.transfer import jax_dtype, torch_dtype
 
 aten = torch.ops.aten
 
@@ -19,15 +26,24 @@ _LOW = (jnp.float16, jnp.bfloat16)
 # --- helpers ------------------------------------------------------------------------
 
 
-def _axes(dim, ndim: int) -> tuple:
-    """Reduced axes; None or an empty list mean all of them, as in ATen."""
+def _dims(dim) -> tuple:
+    """The dims as given: None or an empty list (all of them) are ()."""
     if dim is None:
-        return tuple(range(ndim))
-    dims = (dim,) if isinstance(dim, int) else tuple(dim)
+        return ()
+    return (dim,) if isinstance(dim, int) else tuple(dim)
+
+
+def _axes(dim, ndim: int) -> tuple:
+    """Reduced axes; None or an empty list mean all of them, as in ATen, whose checks of
+    a list of dims (``dim_list_to_bitset``) it makes."""
+    dims = _dims(dim)
     if not dims:
         return tuple(range(ndim))
-    axes = tuple(sorted({maybe_wrap_dim(d, ndim) for d in dims}))
-    return tuple(a for a in axes if a < ndim)  # dim 0 of a 0-d tensor reduces nothing
+    check(ndim <= 64, "only tensors with up to 64 dims are supported")
+    axes = [maybe_wrap_dim(d, ndim) for d in dims]
+    for i, a in enumerate(axes):
+        check(a not in axes[:i], lambda: f"dim {a} appears multiple times in the list of dims")
+    return tuple(a for a in sorted(axes) if a < ndim)  # dim 0 of a 0-d tensor reduces nothing
 
 
 def _acc(dtype):
@@ -75,11 +91,14 @@ def prod(self, dim=None, keepdim=False, dtype=None):
 @lowers(aten.mean.default, aten.mean.dim)
 def mean(self, dim=None, keepdim=False, dtype=None):
     out = jax_dtype(dtype) if dtype is not None else self.dtype
-    if not jnp.issubdtype(out, jnp.inexact):
-        raise RuntimeError(
-            "mean(): could not infer output dtype. Input dtype must be either a floating point "
-            f"or complex dtype. Got: {jnp.dtype(out).name}"
-        )
+    check(
+        jnp.issubdtype(out, jnp.inexact),
+        lambda: (
+            "mean(): could not infer output dtype. "
+            f"{'Input' if dtype is None else 'Optional'} dtype must be either a floating point "
+            f"or complex dtype. Got: {dtype_name(torch_dtype(out))}"
+        ),
+    )
     axes = _axes(dim, self.ndim)
     total = jnp.sum(self.astype(out), axes, dtype=_acc(out), keepdims=keepdim)
     return (total / _count(self.shape, axes)).astype(out)
@@ -93,45 +112,66 @@ def count_nonzero(self, dim=None):
 # --- extrema ------------------------------------------------------------------------
 
 
-def _check_nonempty(name, x, axes):
-    if 0 in [x.shape[a] for a in axes] or (x.size == 0 and not axes):
-        raise IndexError(
-            f"{name}(): Expected reduction dim to be specified for input.numel() == 0. "
+def _check_nonempty(name: str, x, dims) -> None:
+    """ATen's check that an extremum (no identity) has elements to reduce along ``dims``
+    (as given), ``zero_numel_check_dims``; ``name`` as its messages print it."""
+    if x.size:
+        return
+    check(
+        bool(dims),
+        lambda: (
+            f"{name}: Expected reduction dim to be specified for input.numel() == 0. "
             "Specify the reduction dim with the 'dim' argument."
-        )
+        ),
+    )
+    for d in dims:
+        if x.ndim == 0:
+            message = f"{name}: Expected reduction dim -1 or 0 for scalar but received {d}"
+            check(d in (0, -1), message, IndexError)
+        else:
+            message = f"{name}: Expected reduction dim {d} to have non-zero size."
+            check(x.shape[d] != 0, message, IndexError)
 
 
 @lowers(aten.amax.default)
 def amax(self, dim=(), keepdim=False):
     axes = _axes(dim, self.ndim)
-    _check_nonempty("amax", self, axes)
+    _check_nonempty("amax()", self, _dims(dim))
     return jnp.max(self, axes, keepdims=keepdim)
 
 
 @lowers(aten.amin.default)
 def amin(self, dim=(), keepdim=False):
     axes = _axes(dim, self.ndim)
-    _check_nonempty("amin", self, axes)
+    _check_nonempty("amin()", self, _dims(dim))
     return jnp.min(self, axes, keepdims=keepdim)
 
 
 @lowers(aten.aminmax.default)
 def aminmax(self, dim=None, keepdim=False):
     if dim is None:
-        lo, hi = amin(self=self), amax(self=self)
+        check(
+            self.size > 0,
+            "aminmax(): cannot compute aminmax over an empty dimension as the operation has "
+            "no identity.",
+        )
+        lo, hi = jnp.min(self), jnp.max(self)
         shape = (1,) * self.ndim if keepdim else ()
         return lo.reshape(shape), hi.reshape(shape)
+    _check_nonempty("aminmax", self, [maybe_wrap_dim(dim, self.ndim)])
     return amin(self=self, dim=[dim], keepdim=keepdim), amax(self=self, dim=[dim], keepdim=keepdim)
 
 
 @lowers(aten.max.default)
 def max(self):
-    return amax(self=self)
+    _check_nonempty("max()", self, ())
+    return jnp.max(self)
 
 
 @lowers(aten.min.default)
 def min(self):
-    return amin(self=self)
+    _check_nonempty("min()", self, ())
+    return jnp.min(self)
 
 
 def _arg_extreme(x, axis, largest):

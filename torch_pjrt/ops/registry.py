@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import keyword
 import logging
+import sys
 from collections.abc import Callable
 
 import jax
@@ -21,14 +22,14 @@ import torch
 from torch._ops import OpOverload, OpOverloadPacket
 
 from torch_pjrt import runtime
-from torch_pjrt.config import op_path
+from torch_pjrt.config import op_path, settings
 from torch_pjrt.device import random as pjrt_random
 from torch_pjrt.device.tensor import argument, read_on_device, wrap, write
 from torch_pjrt.modes import fused
 from torch_pjrt.ops import checks, fallback
 from torch_pjrt.ops.fallback import LoweringMissing, declined
+from torch_pjrt.runtime import asserts, executor
 from torch_pjrt.runtime import events as metrics
-from torch_pjrt.runtime import executor
 
 log = logging.getLogger("torch_pjrt")
 
@@ -40,6 +41,7 @@ __all__ = [
     "lowers",
     "lowers_in_graphs",
     "lookup",
+    "meta_error",
     "table",
 ]
 
@@ -306,14 +308,15 @@ def _static(v):
 
 
 def _program_key(vals, sig: Signature) -> tuple:
-    """The key of an op's program cache: its static arguments, and the two settings the
+    """The key of an op's program cache: its static arguments, and the settings the
     lowerings read when they trace (the default dtype, for factories with dtype=None; the
-    float32 matmul precision)."""
+    float32 matmul precision; whether values are checked, ``runtime.asserts``)."""
     statics = sig.statics
     return (
         tuple([_static(vals[i]) for i in statics]) if statics else (),
         torch.get_default_dtype(),
         torch.get_float32_matmul_precision(),
+        settings.checks,
     )
 
 
@@ -368,7 +371,11 @@ class Kernel:
             kwargs = dict(zip(sig.names, vals))
             if lowering.random:
                 kwargs["key"] = jax.random.fold_in(jax.random.key(rng[0]), rng[1])
-            return fn(**kwargs)
+            out = fn(**kwargs)
+            call = _call_tracing(self)
+            if call is not None:
+                self._check_arguments(*call)
+            return out
 
         run.__name__ = run.__qualname__ = self.name.replace(".", "_")
         return run, False
@@ -378,6 +385,7 @@ class Kernel:
         return [
             ("default dtype", key[1]),
             ("float32 matmul precision", key[2]),
+            ("value checks", key[3]),
             *_signature(self.sig, key[0], arrays, scalars),
         ]
 
@@ -427,6 +435,8 @@ class Kernel:
                     program = self.program.jitted(key)
                     inputs = (arrays, scalars, rng)
                     out = fused.record(program, inputs, index, self.name, rng is not None)
+                    if out.__class__ is asserts.Checked:  # (its checks: pending values)
+                        out = asserts.unpack(out, self.name)
                     return out, index
                 except fused.Unfusable:  # an argument fused mode cannot record: run it now
                     arrays = fused.concrete(arrays)
@@ -442,6 +452,19 @@ class Kernel:
         if path == "debug" or path == "checked":
             checks.after_op(self.op, args, kwargs, out, self.lowering.random)
         return out, index
+
+    def _check_arguments(self, args, kwargs) -> None:
+        """PyTorch's own checks of the op's arguments (shapes, dims, dtypes, the values of
+        static arguments), made by its Meta kernel on meta copies of them while a call
+        traces a program (jit traces once per shapes, dtypes and static arguments, so
+        each signature is checked once, and no program runs on arguments PyTorch
+        refuses). Raises PyTorch's exception, as a :func:`refusal`.
+
+        NOTE: at the end of the trace: the lowering's own checks, in the CPU's words
+        where the Meta kernel's differ, come first."""
+        error = meta_error(self.op, args, kwargs)
+        if error is not None:
+            raise refusal(error)
 
     def _plain_call(self, args):
         """The common eager call, with as little host work as possible: positional
@@ -490,8 +513,10 @@ class Kernel:
         if writes:
             out = self._write_back(out, args, kwargs)
         if self.returns_python:
+            value = fused.concrete(out, "host read")
             metrics.host_sync()
-            return fused.concrete(out, "host read").item()
+            asserts.refuse_read(value)
+            return value.item()
         # NOTE: a program's results are new arrays (jit never hands back an input), so
         # each result tensor owns its array (tensor.Cell)
         if self.returns_list:
@@ -511,9 +536,27 @@ class Kernel:
         return out[:n] if n > 1 or self.returns_tuple else out[0]
 
 
+_CALLS = (Kernel.compute.__code__, Kernel._plain_call.__code__)
+
+
+def _call_tracing(kernel: Kernel) -> tuple | None:
+    """``(args, kwargs)`` of the call of ``kernel`` whose program is being traced, or
+    None when none is (a fused recording replays its ops, a program is dumped). The
+    trace runs inside that call, in its thread, so the call is on the stack: read from
+    there, the arguments cost nothing to the calls that do not trace."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code in _CALLS:
+            local = frame.f_locals
+            if local.get("self") is kernel:
+                return local["args"], local.get("kwargs") or {}
+        frame = frame.f_back
+    return None
+
+
 def _placed(key):
-    """The device of an op's program with no tensor arguments (its key's fourth part)."""
-    return key[3] if len(key) > 3 else None
+    """The device of an op's program with no tensor arguments (its key's fifth part)."""
+    return key[4] if len(key) > 4 else None
 
 
 def retarget(x, device: str, tensor: Callable):
@@ -535,7 +578,24 @@ def _meta_like(t: torch.Tensor) -> torch.Tensor:
 
 
 def _to_meta(x):
+    if isinstance(x, torch.Generator):
+        return None  # (Meta kernels draw nothing; a pjrt generator would be refused)
     return retarget(x, "meta", _meta_like)
+
+
+def meta_error(op: OpOverload, args, kwargs) -> Exception | None:
+    """The exception PyTorch's Meta kernel of ``op`` raises for these arguments (run on
+    meta copies of them), or None: it accepts them, or it cannot tell. A Meta kernel that
+    cannot tell raises NotImplementedError (there is none, or its result depends on
+    values: ``nonzero``) or says that it needs values ("cannot repeat_interleave a meta
+    tensor without output_size", "Tensor.item() cannot be called on meta tensors")."""
+    try:
+        op(*_to_meta(args), **{k: _to_meta(v) for k, v in kwargs.items()})
+    except NotImplementedError:
+        return None
+    except Exception as exc:  # noqa: BLE001  (this is the error PyTorch gives)
+        return None if "meta tensor" in str(exc).lower() else exc
+    return None
 
 
 def refusal(exc: Exception) -> Exception:
@@ -553,9 +613,8 @@ def _explain(op: OpOverload, args, kwargs, exc: Exception) -> Exception:
     kernel raises), else a bug report with op context."""
     if getattr(exc, "pjrt_refusal", False) or getattr(exc, "pjrt_event", False):
         return exc
-    try:
-        op(*_to_meta(args), **{k: _to_meta(v) for k, v in kwargs.items()})
-    except Exception as meta_exc:  # noqa: BLE001  (this is the error PyTorch gives)
+    meta_exc = meta_error(op, args, kwargs)
+    if meta_exc is not None:  # (this is the error PyTorch gives)
         return meta_exc
     return RuntimeError(
         f"pjrt: the lowering of {op} failed at {metrics.user_line()}: "

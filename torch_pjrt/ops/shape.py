@@ -7,11 +7,38 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from torch_pjrt.ops._helpers import slice_bounds, wrap_dim
+from torch_pjrt.ops._helpers import check, maybe_wrap_dim, slice_bounds, wrap_dim
 from torch_pjrt.ops._promote import result_type
 from torch_pjrt.ops.registry import lowers
 
 aten = torch.ops.aten
+
+
+def _check_cat(tensors, kept, dim: int) -> int:
+    """ATen's checks of ``cat``'s shapes, in its words (its Meta kernel words them
+    otherwise); the dim, wrapped."""
+    for i, t in enumerate(tensors):
+        check(
+            t.ndim > 0, lambda: f"zero-dimensional tensor (at position {i}) cannot be concatenated"
+        )
+    dim = maybe_wrap_dim(dim, kept[0].ndim)
+    first = kept[0]
+    for i, t in enumerate(tensors):
+        if t.shape == (0,):
+            continue
+        check(
+            t.ndim == first.ndim,
+            lambda: f"Tensors must have same number of dimensions: got {first.ndim} and {t.ndim}",
+        )
+        for d, (a, b) in enumerate(zip(first.shape, t.shape)):
+            check(
+                d == dim or a == b,
+                lambda: (
+                    f"Sizes of tensors must match except in dimension {dim}. Expected "
+                    f"size {a} but got size {b} for tensor number {i} in the list."
+                ),
+            )
+    return dim
 
 
 @lowers(aten.cat.default)
@@ -21,8 +48,36 @@ def cat(tensors, dim=0):
     kept = [t for t in tensors if t.shape != (0,)]
     if not kept:
         return jnp.zeros((0,), dtype)
-    dim = wrap_dim(dim, kept[0].ndim)
+    dim = _check_cat(tensors, kept, dim)
     return jnp.concatenate([t.astype(dtype) for t in kept], axis=dim)
+
+
+@lowers(aten.narrow_copy.default)
+def narrow_copy(self, dim, start, length):
+    # the checks of ATen's CPU kernel, in its words (its Meta kernel's are narrow's)
+    check(self.ndim > 0, "narrow() cannot be applied to a 0-dim tensor.")
+    if dim < 0:
+        dim = maybe_wrap_dim(dim, self.ndim)
+    check(
+        dim < self.ndim,
+        "Expected dim < static_cast<int64_t>(self_sizes.size()) to be true, but got false.  "
+        "(Could this error message be improved?  If so, please report an enhancement "
+        "request to PyTorch.)",
+    )
+    size = self.shape[dim]
+    check(
+        -size <= start <= size,
+        lambda: (
+            f"start out of range (expected to be in range of [{-size}, {size}], but got {start})"
+        ),
+        IndexError,
+    )
+    start = start + size if start < 0 else start
+    check(
+        length >= 0 and start <= size - length,
+        lambda: f"start ({start}) + length ({length}) exceeds dimension size ({size}).",
+    )
+    return jax.lax.slice_in_dim(self, start, start + length, axis=dim)
 
 
 @lowers(aten.stack.default)
@@ -165,8 +220,17 @@ def as_strided_scatter(self, src, size, stride, storage_offset=None):
     index = np.full((), 0 if storage_offset is None else storage_offset, np.int64)
     for n, s in zip(size, stride):
         index = index[..., None] + np.arange(n) * s
-    if index.size and (index.min() < 0 or index.max() >= self.size):
-        raise RuntimeError("as_strided_scatter: the view lies outside self's elements")
+    end = 1 + (0 if storage_offset is None else storage_offset)
+    end += sum((n - 1) * s for n, s in zip(size, stride) if n)
+    check(
+        not index.size or (index.min() >= 0 and index.max() < self.size),
+        lambda: (
+            f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset "
+            f"{storage_offset or 0}, and itemsize {self.dtype.itemsize} requiring a storage size "
+            f"of {end * self.dtype.itemsize} are out of bounds for storage of size "
+            f"{self.size * self.dtype.itemsize}"
+        ),
+    )
     flat = self.reshape(-1).at[index.reshape(-1)].set(src.reshape(-1).astype(self.dtype))
     return flat.reshape(self.shape)
 

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from jax import lax
 
-from torch_pjrt.ops._helpers import from_last, is_float, maybe_wrap_dim, to_last
+from torch_pjrt.ops._helpers import check, from_last, is_float, maybe_wrap_dim, to_last
 from torch_pjrt.ops.registry import lowers
 
 aten = torch.ops.aten
@@ -169,4 +169,8 @@ def searchsorted(sorted_sequence, self, out_int32=False, right=False, side=None,
 
 @lowers(aten.bucketize.Tensor, aten.bucketize.Scalar)
 def bucketize(self, boundaries, out_int32=False, right=False):
+    check(
+        boundaries.ndim == 1,
+        lambda: f"boundaries tensor must be 1 dimension, but got dim({boundaries.ndim})",
+    )
     return _searchsorted(boundaries, self, right, None, None, out_int32)

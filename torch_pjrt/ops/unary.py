@@ -11,9 +11,10 @@ import jax.scipy.special as jsp
 import torch
 from jax import lax
 
-from torch_pjrt.ops._helpers import is_bool, is_float, unsupported
+from torch_pjrt.ops._helpers import check, dtype_name, is_bool, is_float, unsupported
 from torch_pjrt.ops._promote import KIND, in_opmath, promote
 from torch_pjrt.ops.registry import lowers
+from torch_pjrt.runtime.transfer import torch_dtype
 
 aten = torch.ops.aten
 
@@ -249,6 +250,22 @@ del _packet, _fn
 
 @lowers(aten.complex.default)
 def complex(real, imag):
+    # ATen's checks, in its words (its Meta kernel's differ)
+    real_name, imag_name = (dtype_name(torch_dtype(x.dtype)) for x in (real, imag))
+    check(
+        all(x.dtype in (jnp.float16, jnp.float32, jnp.float64) for x in (real, imag)),
+        lambda: (
+            "Expected both inputs to be Half, Float or Double tensors but got "
+            f"{real_name} and {imag_name}"
+        ),
+    )
+    check(
+        real.dtype == imag.dtype,
+        lambda: (
+            f"Expected object of scalar type {real_name} but got scalar type {imag_name} "
+            "for second argument"
+        ),
+    )
     return lax.complex(*jnp.broadcast_arrays(real, imag))
 
 

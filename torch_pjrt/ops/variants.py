@@ -4,17 +4,19 @@ result into ``self`` or ``out``."""
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import jax
 import torch
 from torch._ops import OpOverload
+from torch._prims_common import is_non_overlapping_and_dense_or_false as _dense
 
 from torch_pjrt.device.tensor import replace, write
 from torch_pjrt.ops import fallback
 from torch_pjrt.ops._helpers import dtype_name
 from torch_pjrt.ops.fallback import LoweringMissing
-from torch_pjrt.ops.registry import Kernel
+from torch_pjrt.ops.registry import Kernel, meta_error
 from torch_pjrt.runtime.transfer import torch_dtype
 
 aten = torch.ops.aten
@@ -91,7 +93,122 @@ _DTYPE_FROM_OUT = frozenset(
 # with a TypeError of its own, not TensorIterator's RuntimeError
 _CAT_LIKE = frozenset({"aten::cat", "aten::stack", "aten::_chunk_cat"})
 # NOTE: PyTorch's kernels for these resize a wrong-shaped out without the warning
-_SILENT_RESIZE = frozenset({"aten::addbmm", "aten::log_sigmoid_forward"})
+_SILENT_RESIZE = frozenset({"aten::addbmm", "aten::log_sigmoid_forward", "aten::narrow_copy"})
+# NOTE: ATen's out= kernels of these refuse an out tensor that shares any memory with an
+# input (assert_no_overlap), where TensorIterator's (pointwise ops) refuse a partial
+# overlap only; both refuse an out tensor whose elements overlap each other
+_NO_OVERLAP = frozenset(
+    {
+        "aten::cat",
+        "aten::gather",
+        "aten::index_select",
+        "aten::kthvalue",
+        "aten::mode",
+        "aten::take",
+    }
+)
+_NO_INTERNAL_OVERLAP = _NO_OVERLAP | {"aten::bernoulli"}
+_INTERNAL_OVERLAP = (
+    "unsupported operation: more than one element of the written-to tensor refers to a single "
+    "memory location. Please clone() the tensor before performing the operation."
+)
+_OVERLAP = (
+    "unsupported operation: some elements of the input tensor and the written-to tensor refer "
+    "to a single memory location. Please clone() the tensor before performing the operation."
+)
+# c10's names of dtypes (TypeMeta), as structured kernels' out= checks print them
+_TYPE_META = {
+    torch.float32: "float",
+    torch.float64: "double",
+    torch.float16: "c10::Half",
+    torch.bfloat16: "c10::BFloat16",
+    torch.int64: "long int",
+    torch.int32: "int",
+    torch.int16: "short int",
+    torch.int8: "signed char",
+    torch.uint8: "unsigned char",
+    torch.bool: "bool",
+    torch.complex64: "c10::complex<float>",
+    torch.complex128: "c10::complex<double>",
+}
+
+
+def _structured_dtype(result: torch.dtype, out: torch.dtype) -> str:
+    return (
+        f"Expected out tensor to have dtype {_TYPE_META.get(result, result)}, but got "
+        f"{_TYPE_META.get(out, out)} instead"
+    )
+
+
+# NOTE: out= kernels that refuse an out of another dtype than the result's, in ATen's words
+# (result dtype, out dtype -> message), where the Meta kernel of the out= overload does not
+# check it; other mismatches are left to that Meta kernel, then to the cast rules
+_EXACT_DTYPE = {
+    "aten::aminmax": _structured_dtype,
+    "aten::amax": lambda r, o: (
+        f"Expected the dtype for input and out to match, but got {dtype_name(r)} for input's "
+        f"dtype and {dtype_name(o)} for out's dtype."
+    ),
+    "aten::complex": lambda r, o: (
+        f"Expected object of scalar type {dtype_name(r)} but got scalar type {dtype_name(o)} "
+        "for argument 'out'"
+    ),
+}
+_EXACT_DTYPE["aten::amin"] = _EXACT_DTYPE["aten::amax"]
+
+
+def _overlap(a: torch.Tensor, b: torch.Tensor, shape=None) -> str | None:
+    """ATen's ``get_overlap_status`` of two tensors: "full" (the same elements), "partial"
+    or None (none, or too hard to tell: not dense). ``shape``: ``a`` resized to it first
+    (as an out= tensor is, contiguous from its first element)."""
+    if a is b and shape is None:
+        return "full"
+    numel = a.numel() if shape is None else math.prod(shape)
+    if not numel or not b.numel():
+        return None
+    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():  # (one per storage)
+        return None
+    if not ((shape is not None or _dense(a)) and _dense(b)):
+        return None
+    a0, b0 = a.data_ptr(), b.data_ptr()
+    a1, b1 = a0 + numel * a.element_size(), b0 + b.numel() * b.element_size()
+    if a0 == b0 and a1 == b1:
+        strides = a.stride() if shape is None else _contiguous_strides(shape)
+        return "full" if strides == b.stride() else "partial"
+    return "partial" if a0 < b1 and b0 < a1 else None
+
+
+def _contiguous_strides(shape) -> tuple:
+    strides, n = [], 1
+    for size in reversed(shape):
+        strides.append(n)
+        n *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+def _tensor_args(args, kwargs):
+    for v in (*args, *kwargs.values()):
+        if isinstance(v, torch.Tensor):
+            yield v
+        elif isinstance(v, (list, tuple)):
+            yield from (t for t in v if isinstance(t, torch.Tensor))
+
+
+def _check_overlap(outs, args, kwargs, any_overlap: bool, shapes=None) -> None:
+    """ATen's memory overlap checks of out= tensors: ``assert_no_internal_overlap``, then
+    ``assert_no_overlap`` with every input (``any_overlap``) or TensorIterator's
+    ``assert_no_partial_overlap``. ``shapes``: the results' shapes, to check the out
+    tensors that are resized to them (ATen checks after resizing) as they will be."""
+    for i, o in enumerate(outs):
+        shape = None if shapes is None else tuple(shapes[i])
+        if shape is not None and shape == tuple(o.shape):
+            continue
+        if shape is None and torch._debug_has_internal_overlap(o) == 1:  # (2: too hard)
+            raise RuntimeError(_INTERNAL_OVERLAP)
+        for t in _tensor_args(args, kwargs):
+            status = _overlap(o, t, shape)
+            if status == "partial" or (status == "full" and any_overlap):
+                raise RuntimeError(_OVERLAP)
 
 
 class OutKernel:
@@ -106,6 +223,10 @@ class OutKernel:
         self.dtype_index = functional.sig.index.get("dtype") if dtype_from_out else None
         self.cat_like = name in _CAT_LIKE
         self.warn_on_resize = name not in _SILENT_RESIZE
+        pointwise = torch.Tag.pointwise in functional.op.tags  # (TensorIterator's)
+        self.no_overlap = name in _NO_OVERLAP
+        self.check_overlap = pointwise or name in _NO_INTERNAL_OVERLAP
+        self.exact_dtype = _EXACT_DTYPE.get(name)
 
     def __call__(self, *args, **kwargs):
         given = dict(kwargs)
@@ -113,6 +234,8 @@ class OutKernel:
         sig = self.functional.sig
         if self.dtype_index is not None and sig.values(args, kwargs)[self.dtype_index] is None:
             kwargs["dtype"] = outs[0].dtype
+        if self.check_overlap:
+            _check_overlap(outs, args, kwargs, self.no_overlap)
         try:
             result, index = self.functional.compute(args, kwargs)
         except LoweringMissing as exc:  # the lowering declines these arguments
@@ -123,10 +246,34 @@ class OutKernel:
                 raise RuntimeError(
                     f"Expected out tensor to have device pjrt:{index}, but got {o.device} instead"
                 )
+        if self.check_overlap:  # (out tensors resized to the results)
+            _check_overlap(outs, args, kwargs, self.no_overlap, [r.shape for r in results])
+        self._check_dtypes(outs, results, args, given)
+        for o, r in zip(outs, results):
             if self.cat_like:
                 _check_cat_cast(r, o)
             _store(o, r, inplace=False, warn=self.warn_on_resize)
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _check_dtypes(self, outs, results, args, given) -> None:
+        """PyTorch's refusal of an out tensor of another dtype than its result, by ops that
+        do not cast their results to it: in ATen's words (:data:`_EXACT_DTYPE`), else as
+        the out= overload's Meta kernel refuses it. A result that cannot be cast is left
+        to the cast rules (:func:`_store`), which word it as TensorIterator does."""
+        for o, r in zip(outs, results):
+            result = torch_dtype(r.dtype)
+            if result == o.dtype:
+                continue
+            if self.exact_dtype is not None:
+                raise RuntimeError(self.exact_dtype(result, o.dtype))
+            if self.cat_like or not torch.can_cast(result, o.dtype):
+                return
+            with warnings.catch_warnings():  # (a resized out warns once, in _store)
+                warnings.simplefilter("ignore")
+                error = meta_error(self.op, args, given)
+            if error is not None:
+                raise error
+            return
 
 
 def _check_cat_cast(value: jax.Array, out: torch.Tensor) -> None:

@@ -230,7 +230,7 @@ def slice_(self, dim=0, start=None, end=None, step=1):
     return self[(slice(None),) * dim + (slice(start, end, step),)]
 
 
-@in_graphs(aten.narrow.default, aten.narrow_copy.default)
+@in_graphs(aten.narrow.default)
 def narrow(self, dim, start, length):
     dim = wrap_dim(dim, self.ndim)
     start = start + self.shape[dim] if start < 0 else start

@@ -21,7 +21,12 @@ executor owns *how*, the same way for every client:
   arguments it traced and those of the one before (``events.describe_change``); a
   program whose first call fails is not kept;
 - errors: a failed call's exception gets a note naming the program and the user's line
-  (clients that know more, such as the op's schema, add it).
+  (clients that know more, such as the op's schema, add it);
+- checks of values (``runtime.asserts``): a program whose trace stated checks returns
+  an ``asserts.Checked`` (its results, the checks' arrays, what they mean). A top-level
+  call hands the checks to ``asserts.expect`` and returns the results alone; a client
+  that traces the program inside another one (a fused recording) gets the ``Checked``
+  of pending values and does the same (``asserts.unpack``).
 
 The small programs of raw kernels (a view's gather, a cast, the zeros of a fresh
 storage, a fused optimizer) are :func:`helper` programs: a function of static
@@ -45,8 +50,8 @@ import jax
 from jax._src.core import trace_state_clean
 from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
+from torch_pjrt.runtime import asserts, platform, x64
 from torch_pjrt.runtime import events as metrics
-from torch_pjrt.runtime import platform, x64
 
 __all__ = [
     "Program",
@@ -156,8 +161,9 @@ class Program:
         def traced(*args):
             self.started = time.perf_counter()
             self.traced = describe(key, args)
-            with jax.default_matmul_precision("highest"):
-                return fn(*args)
+            with jax.default_matmul_precision("highest"), asserts.tracing() as checks:
+                out = fn(*args)
+            return checks.returning(out)
 
         traced.__name__ = traced.__qualname__ = getattr(fn, "__name__", self.name)
         # NOTE: keep_unused: jit drops arguments the program does not read (fill_'s
@@ -195,6 +201,8 @@ class Program:
             x64.restore(prev)
         if self.traced is not None:  # jit traced: a new XLA program was compiled
             self.compiled()
+        if out.__class__ is asserts.Checked:
+            out = asserts.unpack(out, self.name)
         return out
 
     def compiled(self) -> None:

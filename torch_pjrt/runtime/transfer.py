@@ -8,8 +8,8 @@ import ml_dtypes
 import numpy as np
 import torch
 
+from torch_pjrt.runtime import asserts, platform
 from torch_pjrt.runtime import events as metrics
-from torch_pjrt.runtime import platform
 
 TORCH_TO_JAX = {
     torch.float32: jnp.float32,
@@ -92,8 +92,10 @@ def from_host(t: torch.Tensor, device) -> jax.Array:
 
 
 def to_host(a: jax.Array, dtype: torch.dtype) -> torch.Tensor:
-    """Copy a JAX array to a new CPU tensor (waits for it: a host sync)."""
+    """Copy a JAX array to a new CPU tensor (waits for it: a host sync, where the device's
+    value checks are read; the result of a failed check is refused)."""
     metrics.host_sync()
+    asserts.refuse_read(a)
     out = torch.empty(tuple(a.shape), dtype=dtype)
     if out.numel():
         to_numpy(out)[...] = np.asarray(a)

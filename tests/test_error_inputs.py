@@ -1,0 +1,200 @@
+"""PyTorch's argument checks on pjrt: every OpInfo error input raises there as it should.
+
+For each entry of ``torch.testing._internal.common_methods_invocations.op_db`` with
+``error_inputs``, every ``ErrorInput`` the OpInfo makes on the CPU is run on pjrt, its
+tensors moved by ``.to("pjrt")`` as views of their storages (``tests.test_ops.to_pjrt``
+with ``views=True``: strides and memory shared between tensors are kept, so that the
+samples of overlapping ``out=`` tensors still overlap), under
+``torch_pjrt.config(fallback="error")`` (so no sample raises by falling back to the CPU).
+It must raise the ErrorInput's ``error_type`` with a message matching its
+``error_regex``. The op's results are read (``.cpu()``) inside the check, so an error
+that surfaces only when the values are computed (a fused recording, a check of values on
+the device) counts. A sample the CPU itself accepts is not checked: there is no error to
+match (PyTorch marks these as expected failures of its own ``test_errors``).
+
+Parametrizations, as in tests/test_ops.py:
+
+- ``test_error_inputs[<op>-first6-eager]`` and ``test_error_inputs[<op>-first6-fused]``:
+  the first 6 error inputs of the op (85% of them), in each mode; ``make test`` runs these.
+- ``test_error_inputs[<op>-all-fused]``: every error input, in fused mode (the default);
+  marked ``slow``, so it runs only in the exhaustive run (``--exhaustive``). It holds the
+  costly ones (multinomial's 2^24 + 1 categories).
+
+Expected outcomes come from ``tests/expectations.py``: ``XFAIL_ERROR_INPUTS`` (ops with a
+sample among their first 6 that does not raise, or raises another type, in either mode:
+strict xfails with the reason) and ``ERROR_MESSAGES`` (ops whose exception has the right
+type and a message of PyTorch's own that differs from the regex, such as a Meta kernel's
+wording: only the type is asserted, and the run of all samples fails once every message
+matches, so that the entry goes).
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import re
+import warnings
+from contextlib import nullcontext as _nothing
+
+import numpy as np
+import pytest
+import torch
+from torch.testing._internal.common_methods_invocations import op_db
+
+import torch_pjrt
+from tests import expectations as E
+from tests.test_ops import SEED, _sample_text, _subsets, _tensors, op_key, ops_by_key, to_pjrt
+from torch_pjrt import metrics
+from torch_pjrt.ops import registry
+
+QUICK_ERROR_INPUTS = 6  # per op in ``make test``; the exhaustive run takes all
+
+
+def error_inputs(op, limit=None) -> list:
+    """The op's first ``limit`` ErrorInputs (all when None), made on the CPU from a fixed
+    seed."""
+    torch.manual_seed(SEED)
+    random.seed(SEED)
+    np.random.seed(SEED)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return list(itertools.islice(op.error_inputs("cpu"), limit))
+
+
+def _cpu_raises(op, sample) -> bool:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            op(sample.input, *sample.args, **sample.kwargs)
+        except Exception:
+            return True
+    return False
+
+
+def _pjrt_error(op, sample, mode: str) -> BaseException | None:
+    """What the sample raises on pjrt in ``mode``, its results read; None if nothing."""
+    args, kwargs = to_pjrt([sample.input, *sample.args], dict(sample.kwargs), views=True)
+    # a sample with no tensor and no device makes pjrt the default device
+    untied = next(_tensors([args, kwargs]), None) is None and "device" not in kwargs
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            with torch_pjrt.config(fallback="error"), torch_pjrt.mode(mode):
+                with torch.device("pjrt") if untied else _nothing():
+                    out = op(*args, **kwargs)
+                for t in _tensors(out):
+                    t.cpu()
+        except Exception as exc:
+            return exc
+    return None
+
+
+def check_error_inputs(op, mode: str, limit=None, match=True) -> tuple[int, int, list[str]]:
+    """Run the first ``limit`` error inputs of ``op`` (all when None) on pjrt; (samples,
+    checked, failures), a failure being a line naming the sample, the expected exception
+    and what happened instead. ``match``: the message must match the sample's regex too
+    (else the type alone, and, over all samples, that some message does not match)."""
+    cases = error_inputs(op, limit)
+    checked, failures, mismatched = 0, [], 0
+    for index, case in enumerate(cases):
+        sample = case.sample_input
+        if not _cpu_raises(op, sample):
+            continue
+        checked += 1
+        exc = _pjrt_error(op, sample, mode)
+        want = f"{case.error_type.__name__} matching {case.error_regex!r}"
+        where = f"sample {index} ({_sample_text(sample)})"
+        if exc is None:
+            failures.append(f"{where}: returned, expected {want}")
+        elif not isinstance(exc, case.error_type):
+            failures.append(f"{where}: {_first_line(exc)}; expected {want}")
+        elif not re.search(case.error_regex, str(exc)):
+            mismatched += 1
+            if match:
+                failures.append(f"{where}: {_first_line(exc)}; expected {want}")
+    if not match and limit is None and not failures and checked and mismatched == 0:
+        failures.append("every message matches: remove the op from ERROR_MESSAGES")
+    return len(cases), checked, failures
+
+
+def _first_line(exc: BaseException) -> str:
+    text = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
+    return f"{type(exc).__name__}: {text[:200]}"
+
+
+def _params():
+    for subset, limit, mode in _subsets("first6", QUICK_ERROR_INPUTS):
+        for op in op_db:
+            if op.error_inputs_func is None:
+                continue
+            key = op_key(op)
+            marks = [pytest.mark.slow] if limit is None else []
+            marks += E.marks(E.XFAIL_ERROR_INPUTS, key)
+            yield pytest.param(op, limit, mode, id=f"{key}-{subset}-{mode}", marks=marks)
+
+
+@pytest.mark.parametrize("op, limit, mode", list(_params()))
+def test_error_inputs(op, limit, mode):
+    match = op_key(op) not in E.ERROR_MESSAGES
+    total, checked, failures = check_error_inputs(op, mode, limit, match)
+    if failures:
+        # a short report: pytest's own traceback would print (and so compute) pjrt tensors
+        pytest.fail("\n".join(failures), pytrace=False)
+    if checked == 0:
+        pytest.skip(E.SKIP_CPU_ACCEPTS.format(total=total) if total else E.SKIP_NO_ERROR_INPUTS)
+
+
+def test_error_tables_name_real_ops():
+    """Every key of XFAIL_ERROR_INPUTS and ERROR_MESSAGES names an op_db entry with error
+    inputs, and no op is in both."""
+    keys = {k for k, op in ops_by_key().items() if op.error_inputs_func is not None}
+    for name in ("XFAIL_ERROR_INPUTS", "ERROR_MESSAGES"):
+        table = getattr(E, name)
+        assert not set(table) - keys, f"{name}: no such op with error inputs: {set(table) - keys}"
+    both = set(E.XFAIL_ERROR_INPUTS) & set(E.ERROR_MESSAGES)
+    assert not both, f"in XFAIL_ERROR_INPUTS and ERROR_MESSAGES: {sorted(both)}"
+
+
+# --- the mechanism: PyTorch's Meta kernels, once per signature -------------------------
+
+
+@pytest.mark.parametrize("mode", ["eager", "fused", "debug"])
+def test_arguments_are_checked_before_a_program_runs(mode):
+    """In every mode, arguments PyTorch refuses raise PyTorch's exception (here its Meta
+    kernel's) at the op, and no program is compiled for them."""
+    x = torch.ones(3, 4, 5, device="pjrt")
+    with torch_pjrt.mode(mode):
+        metrics.reset()  # (entering a mode runs the recording that made x)
+        with pytest.raises(RuntimeError, match="expected a matrix, but got tensor with dim 3"):
+            torch.trace(x)
+        with pytest.raises(RuntimeError, match="shifts and dimensions must align"):
+            torch.roll(x, [2, 1], 0)
+        assert metrics.as_dict()["compilations"] == 0
+
+
+@pytest.mark.parametrize("mode", ["eager", "fused"])
+def test_arguments_are_checked_once_per_signature(mode, monkeypatch):
+    """The Meta kernel runs when a call traces a program (new shapes, dtypes or static
+    arguments), not on the calls that reuse it."""
+    checked = []
+    meta_error = registry.meta_error
+    monkeypatch.setattr(
+        registry, "meta_error", lambda op, *a: checked.append(str(op)) or meta_error(op, *a)
+    )
+    shape = (7, 11) if mode == "eager" else (11, 7)  # (shapes no other test uses)
+    x, y = torch.randn(shape, device="pjrt"), torch.randn(shape, device="pjrt")
+    with torch_pjrt.mode(mode):
+        for _ in range(3):
+            torch.atan2(x, y).cpu()
+        assert checked.count("aten.atan2.default") == 1
+        torch.atan2(x[:3], y[:3]).cpu()
+        assert checked.count("aten.atan2.default") == 2
+
+
+def test_meta_kernels_that_cannot_tell_change_nothing():
+    """A Meta kernel that is missing, or needs values, refuses nothing."""
+    x = torch.ones(4, device="pjrt")
+    assert registry.meta_error(torch.ops.aten.nonzero.default, (x,), {}) is None
+    repeats = torch.ones(4, dtype=torch.int64, device="pjrt")
+    assert registry.meta_error(torch.ops.aten.repeat_interleave.Tensor, (repeats,), {}) is None
+    assert isinstance(registry.meta_error(torch.ops.aten.trace.default, (x,), {}), RuntimeError)

@@ -1,0 +1,182 @@
+"""Values checked on the device (torch_pjrt/runtime/asserts.py): every case CPU PyTorch
+rejects for its values (an index out of range, a class target outside the classes, an
+integer divided by zero, a bad probability) raises on pjrt with PyTorch's own exception
+type and message, in every mode and in compiled graphs; at the next host wait, never by
+a sync per op; the device stays usable, and the bad op's results keep raising.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_pjrt
+from torch_pjrt import metrics
+
+DEV = "pjrt"
+
+
+def _t(values, device, dtype=None):
+    return torch.tensor(values, device=device, dtype=dtype)
+
+
+# (label, function of a device): each raises on the CPU
+BAD = [
+    ("index past the end", lambda d: torch.arange(5.0, device=d)[_t([7], d)]),
+    ("index before the start", lambda d: torch.arange(5.0, device=d)[_t([-6], d)]),
+    ("index of a second dim", lambda d: torch.zeros(3, 4, device=d)[:, _t([4], d)]),
+    (
+        "index_put_",
+        lambda d: torch.zeros(5, device=d).index_put_((_t([7], d),), _t([1.0], d)),
+    ),
+    ("index_select", lambda d: torch.arange(5.0, device=d).index_select(0, _t([5], d))),
+    ("gather negative", lambda d: torch.arange(5.0, device=d).gather(0, _t([-1], d))),
+    ("take", lambda d: torch.arange(5.0, device=d).take(_t([7], d))),
+    ("put_", lambda d: torch.zeros(5, device=d).put_(_t([-6], d), _t([1.0], d))),
+    ("scatter_", lambda d: torch.zeros(5, device=d).scatter_(0, _t([7], d), _t([1.0], d))),
+    (
+        "scatter_add_",
+        lambda d: torch.zeros(5, device=d).scatter_add_(0, _t([5], d), _t([1.0], d)),
+    ),
+    ("index_add_", lambda d: torch.zeros(5, device=d).index_add_(0, _t([7], d), _t([1.0], d))),
+    (
+        "index_copy_",
+        lambda d: torch.zeros(5, device=d).index_copy_(0, _t([-1], d), _t([1.0], d)),
+    ),
+    ("index_fill_", lambda d: torch.zeros(5, device=d).index_fill_(0, _t([-6], d), 1.0)),
+    ("embedding", lambda d: F.embedding(_t([7], d), torch.zeros(5, 2, device=d))),
+    (
+        "cross_entropy target",
+        lambda d: F.cross_entropy(torch.zeros(2, 3, device=d), _t([0, 3], d)),
+    ),
+    ("nll_loss target", lambda d: F.nll_loss(torch.zeros(2, 3, device=d), _t([0, -2], d))),
+    ("integer //", lambda d: _t([1], d) // _t([0], d)),
+    ("div trunc", lambda d: torch.div(_t([1], d), _t([0], d), rounding_mode="trunc")),
+    ("integer %", lambda d: _t([1], d) % _t([0], d)),
+    ("multinomial negative", lambda d: torch.multinomial(_t([0.5, -0.1], d), 1)),
+    ("multinomial nan", lambda d: torch.multinomial(_t([0.5, float("nan")], d), 1)),
+    ("multinomial all zero", lambda d: torch.multinomial(_t([0.0, 0.0], d), 1)),
+    ("repeat_interleave negative", lambda d: torch.repeat_interleave(_t([1, -1], d))),
+    ("bincount negative", lambda d: torch.bincount(_t([1, -1], d))),
+    (
+        "binary_cross_entropy input",
+        lambda d: F.binary_cross_entropy(_t([1.5], d), _t([1.0], d)),
+    ),
+    ("bernoulli probability", lambda d: torch.bernoulli(_t([1.5], d))),
+    ("normal negative std", lambda d: torch.normal(_t([0.0], d), _t([-1.0], d))),
+    (
+        "embedding_bag index",
+        lambda d: F.embedding_bag(_t([1, 7], d), torch.zeros(5, 2, device=d), _t([0], d)),
+    ),
+]
+
+# raises on pjrt too, but with another message than the CPU's (the decomposition's check)
+OTHER_MESSAGE = {
+    "one_hot past the classes": "index 3 is out of bounds for dimension 1 with size 3",
+    "one_hot negative": "index -1 is out of bounds for dimension 1 with size 3",
+}
+BAD += [
+    ("one_hot past the classes", lambda d: F.one_hot(_t([0, 3], d), 3)),
+    ("one_hot negative", lambda d: F.one_hot(_t([0, -1], d), 3)),
+]
+
+
+def _cpu_error(fn) -> Exception:
+    with pytest.raises(Exception) as info:
+        fn("cpu")
+    return info.value
+
+
+def _first_line(e: Exception) -> str:
+    return str(e).splitlines()[0]
+
+
+@pytest.mark.parametrize("mode", ["eager", "fused", "debug"])
+@pytest.mark.parametrize("label, fn", BAD, ids=[b[0] for b in BAD])
+def test_a_bad_value_raises_pytorchs_error(mode, label, fn):
+    expected = _cpu_error(fn)
+    with torch_pjrt.mode(mode), pytest.raises(type(expected)) as info:
+        fn(DEV).cpu()
+    assert _first_line(info.value) == OTHER_MESSAGE.get(label, _first_line(expected))
+
+
+GOOD = [
+    ("negative indices in range", lambda d: torch.arange(5.0, device=d)[_t([-5, -1, 4], d)]),
+    ("ignore_index target", lambda d: F.nll_loss(torch.zeros(2, 3, device=d), _t([0, -100], d))),
+    ("float division by zero", lambda d: _t([1.0, -1.0], d) // _t([0.0, 0.0], d)),
+    ("index_fill_ negative", lambda d: torch.zeros(5, device=d).index_fill_(0, _t([-1], d), 1.0)),
+    ("take negative", lambda d: torch.arange(5.0, device=d).take(_t([-5], d))),
+]
+
+
+@pytest.mark.parametrize("label, fn", GOOD, ids=[g[0] for g in GOOD])
+def test_valid_values_pass_and_equal_the_cpu(label, fn):
+    torch.testing.assert_close(fn(DEV).cpu(), fn("cpu"), equal_nan=True)
+
+
+def test_reported_at_the_next_wait_with_the_op_and_its_line():
+    x, bad = torch.arange(5.0, device=DEV), _t([9], DEV)
+    torch.pjrt.synchronize()
+    with torch_pjrt.mode("eager"):
+        syncs = metrics.as_dict()["host_syncs"]
+        y = x[bad]
+        line = inspect.currentframe().f_lineno - 1
+        z = x * 2  # the device goes on: no sync per op
+        assert metrics.as_dict()["host_syncs"] == syncs
+        with pytest.raises(IndexError, match="index 9 is out of bounds") as info:
+            torch.pjrt.synchronize()
+    note = "".join(info.value.__notes__)
+    assert f"in aten.index.Tensor, called at {__file__}:{line}" in note
+    assert "reported at the host's next wait" in note
+    # the device stays usable, the other values are right, and the bad result raises again
+    torch.testing.assert_close(z.cpu(), torch.arange(5.0) * 2)
+    with pytest.raises(IndexError, match="index 9 is out of bounds"):
+        y.cpu()
+
+
+def test_debug_mode_raises_at_the_op():
+    x = torch.arange(5.0, device=DEV)
+    with torch_pjrt.mode("debug"), pytest.raises(IndexError) as info:
+        x[_t([5], DEV)]
+    assert "debug mode: at the op" in "".join(info.value.__notes__)
+
+
+def test_a_compiled_graph_checks_its_indices():
+    torch._dynamo.reset()
+
+    def f(x, i):
+        return (x[i] * 2).sum()
+
+    compiled = torch.compile(f, backend="pjrt")
+    x = torch.arange(5.0, device=DEV)
+    assert compiled(x, _t([1, 2], DEV)).item() == 6.0
+    with pytest.raises(IndexError, match="index 7 is out of bounds for dimension 0 with size 5"):
+        compiled(x, _t([1, 7], DEV)).item()
+
+
+def test_checks_off_computes_no_checks():
+    x = torch.arange(5.0, device=DEV)
+    with torch_pjrt.config(checks=False), torch_pjrt.mode("eager"):
+        x[_t([3, 7], DEV)].cpu()  # (XLA's clamped value: no error)
+    with pytest.raises(IndexError):
+        x[_t([3, 8], DEV)].cpu()
+
+
+def test_a_captured_graph_checks_its_indices_at_each_replay():
+    x, index = torch.arange(5.0, device=DEV), _t([1], DEV)
+    out = torch.zeros(1, device=DEV)
+    g = torch.pjrt.Graph()
+    with torch.pjrt.graph(g):
+        out.copy_(x[index] * 2)
+    g.replay()
+    assert out.item() == 2.0
+    index.fill_(7)
+    g.replay()
+    with pytest.raises(IndexError, match="index 7 is out of bounds for dimension 0 with size 5"):
+        out.item()
+    index.fill_(3)  # the graph and the device go on
+    g.replay()
+    assert out.item() == 6.0
