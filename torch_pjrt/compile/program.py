@@ -278,8 +278,10 @@ class GraphProgram:
                 env[n] = target(*args, **kwargs)
                 continue
             before = asserts.label((target, _source_line(n)))  # (what a check names)
-            env[n] = call(args, kwargs, next_key() if call.random else None)
-            asserts.label(before)
+            try:
+                env[n] = call(args, kwargs, next_key() if call.random else None)
+            finally:
+                asserts.label(before)
         outs = []
         for i, o in enumerate(self.outputs):
             v = load(o)

@@ -28,6 +28,7 @@ import functools
 import weakref
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from torch_pjrt import config
@@ -278,6 +279,20 @@ def _on(x, device):
     return x
 
 
+def _packing(fn, k: int):
+    """``fn`` with its last ``k`` outputs (check flags, ``asserts``) packed into one."""
+
+    def packed(*args):
+        values = fn(*args)
+        flags = values[-k:]
+        width = max(f.shape[1] for f in flags)
+        rows = [jnp.pad(f, ((0, 0), (0, width - f.shape[1]))) for f in flags]
+        return [*values[:-k], jnp.concatenate(rows)]
+
+    packed.__name__ = packed.__qualname__ = fn.__name__
+    return packed
+
+
 def _still_stored(out_cells, ids) -> list:
     """The values a replay stored that its cells still hold (for ``asserts``)."""
     return [
@@ -311,13 +326,24 @@ class Captured:
 
         # NOTE: the program's key is the donated slots alone (the rest of a recording's
         # key is this graph's, fixed): hashing the whole recording costs ~65 us a call
-        reshaped = self.reshaped
+        reshaped, checks = self.reshaped, len(self.checks)
+        # every check of the graph in one array and one record per replay (each costs
+        # a few microseconds), each row labelled with its op and line
+        self.check_specs = tuple(
+            [
+                (kind, message, label or (op, line))
+                for specs, op, line in self.checks
+                for kind, message, label in specs
+            ]
+        )
 
         def build(donated):
             key = (*recorded, donated)
             fn, donate = fused.replay_program(key, baked, inline=mesh is not None)
             if reshaped:
                 fn = _reshaping(fn, reshaped)
+            if checks:
+                fn = _packing(fn, checks)
             if mesh is None:
                 return fn, donate
             return mesh[1](fn, mesh[0]), donate
@@ -386,11 +412,10 @@ class Captured:
         values = self.program(donated, gone, rest)
         if mesh is not None:
             values = [mesh[3](v) for v in values]
-        if self.checks:  # (the values after the cells' are the recorded ops' checks)
+        if self.checks:  # (the value after the cells' is the recorded ops' checks)
             n = len(self.out_cells)
             stored = functools.partial(_still_stored, self.out_cells, [id(v) for v in values[:n]])
-            for (specs, op, line), flags in zip(self.checks, values[n:]):
-                asserts.expect(flags, specs, op, line, stored)
+            asserts.expect(values[n], self.check_specs, self.program.name, self.line, stored)
         for cells, value in zip(self.out_cells, values):
             if len(cells) == 1:
                 cells[0].own(value)
