@@ -12,7 +12,7 @@ import torch
 from torch._ops import OpOverload
 from torch._prims_common import is_non_overlapping_and_dense_or_false as _dense
 
-from torch_pjrt.device.tensor import replace, write
+from torch_pjrt.device.tensor import _contiguous_strides, replace, write
 from torch_pjrt.ops import fallback
 from torch_pjrt.ops._helpers import dtype_name
 from torch_pjrt.ops.fallback import LoweringMissing
@@ -176,14 +176,6 @@ def _overlap(a: torch.Tensor, b: torch.Tensor, shape=None) -> str | None:
         strides = a.stride() if shape is None else _contiguous_strides(shape)
         return "full" if strides == b.stride() else "partial"
     return "partial" if a0 < b1 and b0 < a1 else None
-
-
-def _contiguous_strides(shape) -> tuple:
-    strides, n = [], 1
-    for size in reversed(shape):
-        strides.append(n)
-        n *= max(size, 1)
-    return tuple(reversed(strides))
 
 
 def _tensor_args(args, kwargs):
