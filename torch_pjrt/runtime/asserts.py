@@ -294,4 +294,9 @@ def refuse_read(array) -> None:
             raise type(error)(*error.args) from error
 
 
-events._on_sync.append(verify)
+def _on_event(event: str, what: str) -> None:
+    if event == "host sync":
+        verify()
+
+
+events.listen(_on_event)  # (the hook of every host sync)

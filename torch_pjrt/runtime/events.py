@@ -166,19 +166,13 @@ def _short(v) -> str:
 
 
 def host_sync() -> None:
-    """The host waits for the device: counted by line, told to listeners, and the value
-    checks the device made since the last wait are read (``runtime.asserts``)."""
+    """The host waits for the device: told to listeners (``runtime.asserts`` reads the
+    value checks the device made since the last wait), counted by line."""
     line = user_line()
     if _listeners:
         _emit("host sync", line)
     _counters["host_syncs"] += 1
     _syncs[line] += 1
-    if _on_sync:
-        for hook in _on_sync:
-            hook()
-
-
-_on_sync: list[Callable] = []  # run at each host sync (runtime.asserts.verify)
 
 
 def reset() -> None:
