@@ -12,9 +12,17 @@ with the same sample generation and comparison as ``tests/test_ops.py``:
   through ``torch.autograd.grad``, as ``tests/test_ops.py::test_grad`` does).
 
 all in fused mode (the default), and the test dtype's first 3 samples and the first 2
-gradient samples in eager mode too (what ``make test`` runs in each mode),
+gradient samples in eager mode too (what ``make test`` runs in each mode);
 
-and writes ``docs/op_coverage.md`` (summary and per-op table). Usage::
+- the op's OpInfo ``error_inputs`` (arguments ATen must refuse), for ops that have them,
+  ``SKIP`` ones included: every sample the CPU refuses, in fused mode, under
+  ``fallback="error"``, as ``tests/test_error_inputs.py``'s ``-all-fused`` case does, the
+  message always checked (counts of samples raising the right type, and of those with a
+  message matching OpInfo's regex);
+
+and writes ``docs/op_coverage.md`` (summary and per-op table). Every run of an op (one
+dtype, the gradients, the error inputs) has its own time limit of
+``TORCH_PJRT_COVERAGE_TIMEOUT`` seconds (default 300). Usage::
 
     .venv/bin/python scripts/op_coverage.py                      # all ops, 2 processes
     .venv/bin/python scripts/op_coverage.py --ops 'add,nn.functional.*' --no-doc
@@ -22,13 +30,16 @@ and writes ``docs/op_coverage.md`` (summary and per-op table). Usage::
     .venv/bin/python scripts/op_coverage.py --write-expectations # also rewrite the xfail tables
     .venv/bin/python scripts/op_coverage.py --print-expectations # print them instead
     .venv/bin/python scripts/op_coverage.py --dtypes '' --write-expectations  # xfails only, faster
+    .venv/bin/python scripts/op_coverage.py --dtypes '' --no-error-inputs --write-expectations
 
 ``--write-expectations`` rewrites the GENERATED block of ``tests/expectations.py``
 (XFAIL: ops failing within the first 3 samples of their test dtype in both modes;
 XFAIL_EAGER and XFAIL_FUSED: in one mode only; XFAIL_EXHAUSTIVE: ops failing only on a
 later sample, in fused mode; XFAIL_GRAD, XFAIL_GRAD_EAGER, XFAIL_GRAD_FUSED and
 XFAIL_GRAD_EXHAUSTIVE the same for gradients, with ``make test``'s first 2 samples).
-With ``--ops`` only the selected ops' entries change.
+With ``--ops`` only the selected ops' entries change. The error inputs enter no generated
+table (``XFAIL_ERROR_INPUTS`` and ``ERROR_MESSAGES`` are kept by hand); ``--no-error-inputs``
+leaves them out.
 """
 
 from __future__ import annotations
@@ -45,6 +56,7 @@ if "--xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "
 
 import argparse  # noqa: E402
 import concurrent.futures  # noqa: E402
+import contextlib  # noqa: E402
 import datetime  # noqa: E402
 import fnmatch  # noqa: E402
 import functools  # noqa: E402
@@ -62,6 +74,7 @@ import torch  # noqa: E402
 
 import torch_pjrt  # noqa: E402
 from tests import expectations as E  # noqa: E402
+from tests import test_error_inputs as EI  # noqa: E402
 from tests import test_ops as T  # noqa: E402
 
 DOC = ROOT / "docs" / "op_coverage.md"
@@ -87,24 +100,66 @@ def _dtype_name(dtype) -> str:
 # --- running (in worker processes) ----------------------------------------------------
 
 
-def _run(op, dtype, limit, shape_only, grad=False, mode=T.DEFAULT_MODE) -> dict:
+@contextlib.contextmanager
+def _timed(entry: dict):
+    """Record the wall and CPU seconds of the block in ``entry``."""
     start, cpu_start = time.perf_counter(), time.process_time()
-    entry = {"limit": limit}
     try:
-        with T.time_limit(TIMEOUT), torch_pjrt.mode(mode):
-            if grad:
-                total, compared = T.check_grad(op, limit)
-            else:
-                total, compared = T.check_op(op, dtype, limit, shape_only)
-        entry.update(status="pass" if compared else "none", samples=total, compared=compared)
-    except T.SampleFailure as exc:
-        entry.update(status="fail", first_failure=exc.index, error=T.short_error(exc, 200))
-    except T.OpTimeout as exc:
-        entry.update(status="timeout", error=str(exc))
-    except Exception as exc:  # sample generation itself failed
-        entry.update(status="error", error=T.short_error(exc, 200))
-    entry["seconds"] = round(time.perf_counter() - start, 2)
-    entry["cpu_seconds"] = round(time.process_time() - cpu_start, 2)
+        yield entry
+    finally:
+        entry["seconds"] = round(time.perf_counter() - start, 2)
+        entry["cpu_seconds"] = round(time.process_time() - cpu_start, 2)
+
+
+def _run(op, dtype, limit, shape_only, grad=False, mode=T.DEFAULT_MODE) -> dict:
+    with _timed({"limit": limit}) as entry:
+        try:
+            with T.time_limit(TIMEOUT), torch_pjrt.mode(mode):
+                if grad:
+                    total, compared = T.check_grad(op, limit)
+                else:
+                    total, compared = T.check_op(op, dtype, limit, shape_only)
+            entry.update(status="pass" if compared else "none", samples=total, compared=compared)
+        except T.SampleFailure as exc:
+            entry.update(status="fail", first_failure=exc.index, error=T.short_error(exc, 200))
+        except T.OpTimeout as exc:
+            entry.update(status="timeout", error=str(exc))
+        except Exception as exc:  # sample generation itself failed
+            entry.update(status="error", error=T.short_error(exc, 200))
+    return entry
+
+
+def _run_error_inputs(op) -> dict:
+    """Every error input of ``op`` the CPU refuses, in fused mode, the message checked: the
+    status is ``pass`` (each raises the right type with a matching message), ``type`` (the
+    right type, some message differs), ``fail`` (one returns or raises another type; the
+    first such is ``error``), ``none`` (the CPU refuses none), ``timeout`` or ``error``."""
+    with _timed({"limit": None}) as entry:
+        try:
+            with T.time_limit(TIMEOUT):
+                total, outcomes = EI.error_outcomes(op, T.DEFAULT_MODE)
+        except T.OpTimeout as exc:
+            entry.update(status="timeout", error=str(exc))
+            return entry
+        except Exception as exc:  # making the error inputs itself failed
+            entry.update(status="error", error=T.short_error(exc, 200))
+            return entry
+        first = {verdict: line for verdict, line in reversed(outcomes)}  # each verdict's first line
+        if "wrong" in first:
+            status = "fail"
+        else:
+            status = "type" if "type" in first else "pass" if outcomes else "none"
+        entry.update(
+            status=status,
+            samples=total,
+            checked=len(outcomes),
+            right_type=sum(verdict != "wrong" for verdict, _ in outcomes),
+            matched=sum(verdict == "match" for verdict, _ in outcomes),
+        )
+        if "wrong" in first:
+            entry["error"] = _reason(first["wrong"], 300)
+        if "type" in first:
+            entry["mismatch"] = _reason(first["type"], 300)
     return entry
 
 
@@ -131,9 +186,14 @@ def _nondeterministic(op, dtype) -> bool:
     return False
 
 
-def run_op(key: str, extra_dtypes=tuple(COLUMNS), grad: bool = True) -> dict:
+def run_op(
+    key: str, extra_dtypes=tuple(COLUMNS), grad: bool = True, error_inputs: bool = True
+) -> dict:
     op = T.ops_by_key()[key]
     result = {"op": key, "runs": {}}
+    if error_inputs and op.error_inputs_func is not None:
+        # (SKIP ops too: their results are not comparable, their argument checks are)
+        result["error_inputs"] = _run_error_inputs(op)
     if key in E.SKIP:
         result["skip"] = E.SKIP[key]
         return result
@@ -163,9 +223,14 @@ def run_op(key: str, extra_dtypes=tuple(COLUMNS), grad: bool = True) -> dict:
 def _cell(run) -> str:
     if run is None:
         return ""
-    return {"pass": "pass", "fail": "FAIL", "timeout": "TIMEOUT", "none": "-", "error": "ERROR"}[
-        run["status"]
-    ]
+    return {
+        "pass": "pass",
+        "type": "type",
+        "fail": "FAIL",
+        "timeout": "TIMEOUT",
+        "none": "-",
+        "error": "ERROR",
+    }[run["status"]]
 
 
 def _first_error(result) -> str:
@@ -174,10 +239,11 @@ def _first_error(result) -> str:
     for name in [*order, "grad"]:
         run = result.get("grad") if name == "grad" else runs.get(name)
         if run and run["status"] in ("fail", "timeout", "error"):
-            text = run["error"]
-            text = text if len(text) <= 80 else text[:77] + "..."
             prefix = "" if name == result.get("test_dtype") else f"[{name}] "
-            return prefix + text.replace("|", "\\|")
+            return prefix + _reason(run["error"], 80).replace("|", "\\|")
+    run = result.get("error_inputs")
+    if run and run["status"] in ("fail", "timeout", "error"):
+        return _reason("error_inputs: " + run["error"], 80).replace("|", "\\|")
     return ""
 
 
@@ -212,7 +278,45 @@ def summarize(results) -> dict:
         "op_db_percent": round(100 * len(f32_pass) / max(len(results), 1), 1),
         "test_dtype_pass": len(primary_pass),
         "per_dtype": per_dtype,
+        "error_inputs": _error_summary(results),
     }
+
+
+def _error_summary(results) -> dict | None:
+    """The error-input figures, per sample and per op (None for results without them)."""
+    runs = [r["error_inputs"] for r in results if "error_inputs" in r]
+    if not runs:
+        return None
+    status = [run["status"] for run in runs]
+    return {
+        "ops": len(runs),
+        "ops_checked": sum(s != "none" for s in status),  # (timeouts and errors included)
+        "ops_pass": status.count("pass"),
+        "ops_type": status.count("type"),
+        "ops_fail": status.count("fail"),
+        "ops_timeout_or_error": status.count("timeout") + status.count("error"),
+        "samples": sum(run.get("samples", 0) for run in runs),
+        "checked": sum(run.get("checked", 0) for run in runs),
+        "right_type": sum(run.get("right_type", 0) for run in runs),
+        "matched": sum(run.get("matched", 0) for run in runs),
+    }
+
+
+def _error_line(e: dict, bold: str = "") -> str:
+    """The summary line of the error inputs (``bold``: the markdown emphasis, if any)."""
+    b = bold
+    text = (
+        "error inputs (OpInfo's `error_inputs`, every sample the CPU refuses, fused mode): "
+        f"{b}{e['right_type']} / {e['checked']} samples{b} raise the right exception type, "
+        f"{e['matched']} with the CPU's message; ops: {b}{e['ops_pass']} / {e['ops_checked']} "
+        f"all right{b}, {e['ops_type']} more with the right types only"
+    )
+    if e["ops_timeout_or_error"]:
+        text += f", {e['ops_timeout_or_error']} timed out or failed to make their samples"
+    return (
+        text + f"; the CPU accepts every error input of {e['ops'] - e['ops_checked']} of the "
+        f"{e['ops']} ops that have them"
+    )
 
 
 def summary_text(s) -> str:
@@ -230,6 +334,8 @@ def summary_text(s) -> str:
     for name, c in s["per_dtype"].items():
         pct = 100 * c["pass"] / max(c["run"], 1)
         lines.append(f"  {name:9} {c['pass']:4} / {c['run']:<4} ({pct:.1f}%)")
+    if s.get("error_inputs"):
+        lines.append(_error_line(s["error_inputs"]))
     return "\n".join(lines)
 
 
@@ -268,6 +374,11 @@ def write_doc(results, summary, meta, path: Path) -> None:
         "`torch.autograd.grad`, column `grad`)",
         f"- skipped (not comparable, `SKIP` in tests/expectations.py): {s['skipped']}",
         *_mode_lines(results),
+        *(
+            [f"- {_error_line(s['error_inputs'], '**')}; column `error_inputs`"]
+            if s.get("error_inputs")
+            else []
+        ),
         "",
         "| dtype | ops passing | ops run | samples |",
         "|---|---|---|---|",
@@ -286,16 +397,24 @@ def write_doc(results, summary, meta, path: Path) -> None:
         "support autograd). The test dtype (float32 unless noted) and `grad` run every",
         f"sample, the other dtypes the first {T.QUICK_SAMPLES}.",
         "",
-        "| op | " + " | ".join(COLUMNS) + " | grad | first error |",
-        "|---|" + "---|" * (len(COLUMNS) + 1) + "---|",
+        "`error_inputs`: OpInfo's error inputs (arguments ATen must refuse), every one the CPU",
+        "refuses, in fused mode (`SKIP` ops too): `pass`: each raises the expected exception",
+        "type with a message matching OpInfo's regex; `type`: each raises the right type, some",
+        "with another message; `FAIL`: one returns or raises another type (the first such is",
+        "the first error, prefixed `error_inputs:`, when no other run has one); `-`: the CPU",
+        "accepts every one; empty: the op has none.",
+        "",
+        "| op | " + " | ".join(COLUMNS) + " | grad | error_inputs | first error |",
+        "|---|" + "---|" * (len(COLUMNS) + 2) + "---|",
     ]
     for r in results:
         name = r["op"]
+        errors = _cell(r.get("error_inputs"))
         if "skip" in r:
             skips = " | ".join("skip" for _ in range(len(COLUMNS) + 1))
-            out.append(f"| {name} | {skips} | {r['skip']} |")
+            out.append(f"| {name} | {skips} | {errors} | {r['skip']} |")
             continue
-        cells = [_cell(r["runs"].get(c)) for c in COLUMNS] + [_cell(r.get("grad"))]
+        cells = [_cell(r["runs"].get(c)) for c in COLUMNS] + [_cell(r.get("grad")), errors]
         err = _first_error(r)
         td = r.get("test_dtype")
         if td and td != "float32":
@@ -471,6 +590,9 @@ def main(argv=None) -> int:
         help="dtypes checked besides the test dtype (default: all columns; '' for none)",
     )
     p.add_argument("--no-grad", action="store_true", help="skip the gradient runs")
+    p.add_argument(
+        "--no-error-inputs", action="store_true", help="skip the OpInfo error-input runs"
+    )
     p.add_argument("--json", metavar="PATH", help="also write the raw results as JSON")
     p.add_argument(
         "--doc",
@@ -500,7 +622,9 @@ def main(argv=None) -> int:
     unknown = set(extra) - set(COLUMNS)
     if unknown:
         raise SystemExit(f"--dtypes: unknown {sorted(unknown)}; choose from {list(COLUMNS)}")
-    work = functools.partial(run_op, extra_dtypes=extra, grad=not args.no_grad)
+    work = functools.partial(
+        run_op, extra_dtypes=extra, grad=not args.no_grad, error_inputs=not args.no_error_inputs
+    )
     start = time.perf_counter()
     results: dict[str, dict] = {}
     jobs = max(1, min(args.jobs, len(keys)))
@@ -550,7 +674,7 @@ def main(argv=None) -> int:
                     for r in ordered
                     for run in [
                         *r["runs"].values(),
-                        *(r.get(k, {}) for k in ("grad", "eager", "grad_eager")),
+                        *(r.get(k, {}) for k in ("grad", "eager", "grad_eager", "error_inputs")),
                     ]
                 )
             ),

@@ -43,7 +43,16 @@ from torch.testing._internal.common_methods_invocations import op_db
 
 import torch_pjrt
 from tests import expectations as E
-from tests.test_ops import SEED, _sample_text, _subsets, _tensors, op_key, ops_by_key, to_pjrt
+from tests.test_ops import (
+    SEED,
+    OpTimeout,
+    _sample_text,
+    _subsets,
+    _tensors,
+    op_key,
+    ops_by_key,
+    to_pjrt,
+)
 from torch_pjrt import metrics
 from torch_pjrt.ops import registry
 
@@ -66,6 +75,8 @@ def _cpu_raises(op, sample) -> bool:
         warnings.simplefilter("ignore")
         try:
             op(sample.input, *sample.args, **sample.kwargs)
+        except OpTimeout:  # the time limit of a caller (scripts/op_coverage.py)
+            raise
         except Exception:
             return True
     return False
@@ -84,9 +95,37 @@ def _pjrt_error(op, sample, mode: str) -> BaseException | None:
                     out = op(*args, **kwargs)
                 for t in _tensors(out):
                     t.cpu()
+        except OpTimeout:
+            raise
         except Exception as exc:
             return exc
     return None
+
+
+def error_outcomes(op, mode: str, limit=None) -> tuple[int, list[tuple[str, str]]]:
+    """Run the first ``limit`` error inputs of ``op`` (all when None) on pjrt; (samples,
+    outcomes), one outcome per sample the CPU refuses: (verdict, line), the verdict
+    ``"match"`` (the right type, a message matching the sample's regex), ``"type"`` (the
+    right type, another message) or ``"wrong"`` (no exception, or another type), the line
+    naming the sample, the expected exception and what happened instead ("" for a match)."""
+    cases = error_inputs(op, limit)
+    outcomes = []
+    for index, case in enumerate(cases):
+        sample = case.sample_input
+        if not _cpu_raises(op, sample):
+            continue
+        exc = _pjrt_error(op, sample, mode)
+        want = f"{case.error_type.__name__} matching {case.error_regex!r}"
+        where = f"sample {index} ({_sample_text(sample)})"
+        if exc is None:
+            outcomes.append(("wrong", f"{where}: returned, expected {want}"))
+        elif not isinstance(exc, case.error_type):
+            outcomes.append(("wrong", f"{where}: {_first_line(exc)}; expected {want}"))
+        elif not re.search(case.error_regex, str(exc)):
+            outcomes.append(("type", f"{where}: {_first_line(exc)}; expected {want}"))
+        else:
+            outcomes.append(("match", ""))
+    return len(cases), outcomes
 
 
 def check_error_inputs(op, mode: str, limit=None, match=True) -> tuple[int, int, list[str]]:
@@ -94,27 +133,13 @@ def check_error_inputs(op, mode: str, limit=None, match=True) -> tuple[int, int,
     checked, failures), a failure being a line naming the sample, the expected exception
     and what happened instead. ``match``: the message must match the sample's regex too
     (else the type alone, and, over all samples, that some message does not match)."""
-    cases = error_inputs(op, limit)
-    checked, failures, mismatched = 0, [], 0
-    for index, case in enumerate(cases):
-        sample = case.sample_input
-        if not _cpu_raises(op, sample):
-            continue
-        checked += 1
-        exc = _pjrt_error(op, sample, mode)
-        want = f"{case.error_type.__name__} matching {case.error_regex!r}"
-        where = f"sample {index} ({_sample_text(sample)})"
-        if exc is None:
-            failures.append(f"{where}: returned, expected {want}")
-        elif not isinstance(exc, case.error_type):
-            failures.append(f"{where}: {_first_line(exc)}; expected {want}")
-        elif not re.search(case.error_regex, str(exc)):
-            mismatched += 1
-            if match:
-                failures.append(f"{where}: {_first_line(exc)}; expected {want}")
-    if not match and limit is None and not failures and checked and mismatched == 0:
+    total, outcomes = error_outcomes(op, mode, limit)
+    failed = ("wrong", "type") if match else ("wrong",)
+    failures = [line for verdict, line in outcomes if verdict in failed]
+    mismatched = sum(verdict == "type" for verdict, _ in outcomes)
+    if not match and limit is None and not failures and outcomes and mismatched == 0:
         failures.append("every message matches: remove the op from ERROR_MESSAGES")
-    return len(cases), checked, failures
+    return total, len(outcomes), failures
 
 
 def _first_line(exc: BaseException) -> str:

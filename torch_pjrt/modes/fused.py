@@ -31,8 +31,8 @@ import numpy as np
 import torch
 
 from torch_pjrt.config import settings
+from torch_pjrt.runtime import asserts, executor
 from torch_pjrt.runtime import events as metrics
-from torch_pjrt.runtime import executor
 
 __all__ = [
     "Pending",
@@ -104,6 +104,9 @@ class Pending:
 
     def __repr__(self) -> str:
         return f"Pending({self.aval.str_short()})"
+
+
+asserts.VALUE_CLASSES.add(Pending)  # (values computed from checked ones are followed)
 
 
 def concrete(x, reason: str = "value needed"):
@@ -304,6 +307,8 @@ class _Graph:
                     if sys.getrefcount(p) > 3:
                         outputs.append(p.where)
                         held.append(p)
+            if asserts.watching():  # values computed from checked ones: their errors
+                self._follow(held)
             donated = self._donatable(held)
             key = (
                 tuple([node[:3] for node in nodes]),
@@ -336,6 +341,8 @@ class _Graph:
                 del program.cache[next(iter(program.cache))]
             for p, value in zip(held, values):
                 p.value = value
+            if asserts.watching():
+                asserts.became(held)
             self.last_key = key
             self._drop(nodes, None)
             metrics.count("fused_flushes")
@@ -343,6 +350,47 @@ class _Graph:
             metrics.tally("fused_flush_reasons", reason)
         if wanted is not None and wanted.value is None and wanted.graph is self:
             wanted.graph = None
+
+    def _follow(self, held: list) -> None:
+        """Mark the outputs ``held`` that the recording computed from values of unread
+        or failed checks (its inputs, and the checked ops' own results) as coming from
+        them: one pass over the nodes at the flush, each node's sources a bit mask, so
+        that recording an op costs nothing more."""
+        sources, bits = [], {}
+
+        def mask(found: tuple) -> int:
+            m = 0
+            for origin in found:
+                bit = bits.get(id(origin))
+                if bit is None:
+                    bit = bits[id(origin)] = len(sources)
+                    sources.append(origin)
+                m |= 1 << bit
+            return m
+
+        inputs = [0] * len(self.inputs)
+        for i, found in asserts.marked(self.inputs):
+            inputs[i] = mask(found)
+        seeds = {}
+        for value, found in asserts.followed():
+            if value.__class__ is Pending and value.graph is self and value.value is None:
+                n = value.where[0]
+                seeds[n] = seeds.get(n, 0) | mask(found)
+        if not sources:
+            return
+        masks = []
+        for n, (_, _, refs, _) in enumerate(self.nodes):
+            m = seeds.get(n, 0)
+            for r in refs:
+                m |= inputs[r] if r.__class__ is int else masks[r[0]]
+            masks.append(m)
+        by_mask: dict = {}
+        for p in held:
+            m = masks[p.where[0]]
+            if m:
+                by_mask.setdefault(m, []).append(p)
+        for m, values in by_mask.items():
+            asserts.follow(values, tuple([o for i, o in enumerate(sources) if m >> i & 1]))
 
     def _donatable(self, held: list) -> tuple:
         """Slots of the inputs whose buffers the program may reuse for its outputs: arrays

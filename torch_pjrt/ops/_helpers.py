@@ -15,7 +15,8 @@ import torch
 from torch_pjrt.device.tensor import read
 from torch_pjrt.ops._promote import cast
 from torch_pjrt.ops.registry import refusal
-from torch_pjrt.runtime import executor
+from torch_pjrt.runtime import asserts, executor
+from torch_pjrt.runtime import events as metrics
 from torch_pjrt.runtime.transfer import jax_dtype, torch_dtype
 
 # --- dtypes -----------------------------------------------------------------------------
@@ -154,6 +155,14 @@ def spaced(start, end, steps: int, dtype):
 
 
 _jitted = executor.helper("run_jitted", lambda fn, statics: functools.partial(fn, **dict(statics)))
+
+
+def host_int(array) -> int:
+    """A device scalar read on the host: the one sync of a data-dependent shape (a value
+    of a failed check refused, as every read of the device is)."""
+    metrics.host_sync()
+    asserts.refuse_read(array)
+    return int(jax.device_get(array))
 
 
 def run_jitted(fn, t: torch.Tensor, **statics):

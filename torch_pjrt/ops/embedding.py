@@ -1,5 +1,5 @@
-"""Embedding lowerings: the backward of ``embedding``, ``embedding_renorm``, and embedding
-bags (segment sums, means and maxima of rows) with their backward ops."""
+"""Embedding lowerings: the backward of ``embedding``, ``embedding_renorm``, embedding
+bags (segment sums, means and maxima of rows) with their backward ops, and ``one_hot``."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import jax
 import jax.numpy as jnp
 import torch
 
+from torch_pjrt.ops._helpers import host_int, run_jitted
 from torch_pjrt.ops._promote import opmath
-from torch_pjrt.ops.registry import lowers
+from torch_pjrt.ops.registry import Kernel, Lowering, implements, lowers
 from torch_pjrt.runtime import asserts
 
 aten = torch.ops.aten
@@ -191,3 +192,32 @@ def _embedding_bag_per_sample_weights_backward(
     if padding_idx >= 0:
         dots = jnp.where(indices == padding_idx, 0, dots)
     return dots.astype(grad.dtype)
+
+
+# --- one_hot: a raw kernel, for the CPU's checks (ATen's leaves them to scatter's) ----
+
+
+def _one_hot(self, num_classes):
+    """``one_hot`` of int64 class values, checked on the device in the CPU's words (on
+    PrivateUse1, ATen's one_hot is a scatter, and its index check speaks of indices)."""
+    asserts.check(self >= 0, RuntimeError, "Class values must be non-negative.")
+    asserts.check(
+        self < num_classes, RuntimeError, "Class values must be smaller than num_classes."
+    )
+    classes = jnp.arange(num_classes, dtype=self.dtype)
+    return (self[..., None] == classes).astype(jnp.int64)
+
+
+_ONE_HOT = Kernel(aten.one_hot.default, Lowering(_one_hot))
+
+
+@implements(aten.one_hot.default)
+def one_hot(self, num_classes=-1):
+    if self.dtype != torch.int64:
+        raise RuntimeError("one_hot is only applicable to index tensor of type LongTensor.")
+    if self.numel() == 0 and num_classes <= 0:
+        raise RuntimeError("Can not infer total number of classes from empty tensor.")
+    if num_classes == -1:  # as ATen does: the classes are read on the host
+        num_classes = host_int(run_jitted(jnp.max, self)) + 1
+    # (fewer than 0 classes: every value is refused, as with 0)
+    return _ONE_HOT(self, max(num_classes, 0))

@@ -18,20 +18,14 @@ import numpy as np
 import torch
 
 from torch_pjrt.device.tensor import wrap
-from torch_pjrt.ops._helpers import dtype_name, run_jitted, wrap_dim
+from torch_pjrt.ops._helpers import check, dtype_name, host_int, run_jitted, wrap_dim
 from torch_pjrt.ops.registry import Kernel, Lowering, implements, lowers
 from torch_pjrt.ops.registry import lowers_in_graphs as in_graphs
-from torch_pjrt.ops.variants import resize_output
+from torch_pjrt.ops.variants import _check_overlap, resize_output
 from torch_pjrt.runtime import asserts
-from torch_pjrt.runtime import events as metrics
+from torch_pjrt.runtime.transfer import torch_dtype
 
 aten = torch.ops.aten
-
-
-def _host_int(array) -> int:
-    """A device scalar read on the host: the one sync of a data-dependent shape."""
-    metrics.host_sync()
-    return int(jax.device_get(array))
 
 
 def _wrap_all(arrays, like: torch.Tensor):
@@ -39,7 +33,7 @@ def _wrap_all(arrays, like: torch.Tensor):
 
 
 def _count_nonzero(t: torch.Tensor) -> int:
-    return _host_int(run_jitted(jnp.count_nonzero, t))
+    return host_int(run_jitted(jnp.count_nonzero, t))
 
 
 # --- nonzero and masks ---------------------------------------------------------------
@@ -243,19 +237,58 @@ def masked_select(self, mask):
 def masked_select_out(self, mask, *, out):
     if out.dtype != self.dtype:
         raise RuntimeError("masked_select(): self and result must have the same scalar type")
+    _check_overlap([out], (self, mask), {}, any_overlap=True)  # (ATen's assert_no_overlap)
     result = masked_select(self, mask)
     resize_output(out, result.shape)
     return out.copy_(result)
 
 
+# c10's names of the types a Scalar converts to (``Scalar::to<T>``), as its overflow error
+# prints them
+_SCALAR_TYPES = {
+    torch.float32: "float",
+    torch.float64: "double",
+    torch.float16: "c10::Half",
+    torch.bfloat16: "c10::BFloat16",
+    torch.int64: "int64_t",
+    torch.int32: "int",
+    torch.int16: "int16_t",
+    torch.int8: "int8_t",
+    torch.uint8: "uint8_t",
+}
+
+
 @lowers(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
 def masked_fill(self, mask, value):
-    return jnp.where(mask, jnp.asarray(value).astype(self.dtype), self)
+    value = jnp.asarray(value)
+    # NOTE: the CPU refuses a complex value with a nonzero imaginary part for a real tensor,
+    # PyTorch's Meta kernel (run after the lowering) any complex value: refused here, in the
+    # CPU's words
+    name = _SCALAR_TYPES.get(torch_dtype(self.dtype))
+    check(
+        name is None or not jnp.iscomplexobj(value),
+        lambda: f"value cannot be converted to type {name} without overflow",
+    )
+    return jnp.where(mask, value.astype(self.dtype), self)
 
 
 @lowers(aten.masked_scatter.default)
 def masked_scatter(self, mask, source):
     shape = jnp.broadcast_shapes(self.shape, mask.shape)
+    check(
+        self.dtype == source.dtype,
+        lambda: (
+            "masked_scatter: expected self and source to have same dtypes but got"
+            f"{dtype_name(torch_dtype(self.dtype))} and {dtype_name(torch_dtype(source.dtype))}"
+        ),
+    )  # (ATen's words, its missing space included)
+    check(
+        mask.dtype == jnp.bool_,
+        lambda: (
+            "masked_scatter_ only supports boolean masks, but got mask with dtype "
+            f"{dtype_name(torch_dtype(mask.dtype))}"
+        ),
+    )
     self, mask = jnp.broadcast_to(self, shape), jnp.broadcast_to(mask, shape)
     if source.size == 0:
         return self
@@ -408,8 +441,31 @@ def index_select(self, dim, index):
     return jnp.take(self, index.reshape(-1), axis=dim)
 
 
+def _check_source_shape(self, dim: int, index, source) -> None:
+    """ATen's check of ``source`` in index_add and index_reduce (``index_func_meta_impl``),
+    which PyTorch's Meta kernels do not make: ``self``'s shape but along ``dim``. (When
+    the checks ATen makes before it fail, the lowering fails, and the Meta kernel words
+    them.)"""
+    dim = wrap_dim(dim, self.ndim)
+    if not (dim == 0 or dim < source.ndim):
+        return
+    if index.size != (1 if source.ndim == 0 else source.shape[dim]):
+        return
+    self_sizes, source_sizes = list(self.shape), list(source.shape)
+    if self.ndim and source.ndim:
+        del self_sizes[dim], source_sizes[dim]
+    check(
+        self_sizes == source_sizes,
+        lambda: (
+            "source tensor shape must match self tensor shape, excluding the specified "
+            f"dimension. Got self.shape = {list(self.shape)} source.shape = {list(source.shape)}"
+        ),
+    )
+
+
 @lowers(aten.index_add.default)
 def index_add(self, dim, index, source, alpha=1):
+    _check_source_shape(self, dim, index, source)
     shape = self.shape
     self = _as_1d(self)
     source = _source_like(self, dim, index, source)
@@ -440,6 +496,7 @@ def index_fill(self, dim, index, value):
 
 @lowers(aten.index_reduce.default)
 def index_reduce(self, dim, index, source, reduce, include_self=True):
+    _check_source_shape(self, dim, index, source)
     shape = self.shape
     self = _as_1d(self)
     source = _source_like(self, dim, index, source)
@@ -521,7 +578,7 @@ def _runs(self, dim, sort, size, return_inverse, return_counts):
 
 
 def _unique(self: torch.Tensor, dim, sort: bool, return_inverse: bool, return_counts: bool):
-    size = _host_int(run_jitted(_count_runs, self, dim=dim, sort=sort))
+    size = host_int(run_jitted(_count_runs, self, dim=dim, sort=sort))
     out = run_jitted(
         _runs,
         self,
@@ -559,7 +616,7 @@ def unique_consecutive(self, return_inverse=False, return_counts=False, dim=None
 @implements(aten.repeat_interleave.Tensor)
 def repeat_interleave(repeats, *, output_size=None):
     if output_size is None:
-        output_size = _host_int(run_jitted(jnp.sum, repeats))
+        output_size = host_int(run_jitted(jnp.sum, repeats))
     return wrap(run_jitted(_repeat_index, repeats, size=output_size), repeats.device.index or 0)
 
 

@@ -1,5 +1,5 @@
 """Loss lowerings: NLL, MSE, smooth L1, Huber, binary cross-entropy, the CTC loss and the
-margin losses' backward ops."""
+multi-class margin losses."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ import jax
 import jax.numpy as jnp
 import torch
 
-from torch_pjrt.ops._helpers import vjp
+from torch_pjrt.ops._helpers import check, dtype_name, vjp
 from torch_pjrt.ops._promote import upcast
 from torch_pjrt.ops.registry import lowers
 from torch_pjrt.runtime import asserts
+from torch_pjrt.runtime.transfer import torch_dtype
 
 aten = torch.ops.aten
 
@@ -298,13 +299,46 @@ def _ctc_loss_backward(
     )
 
 
-# --- margin losses: the backward ops (the forwards run as PyTorch's decompositions) ---
+# --- multi-class margin losses: the CPU kernels' checks and shapes (PyTorch's decompositions
+# word their checks otherwise, check no target values, and give a reduction="none" loss of
+# one sample the shape [1])
+
+
+def _check_scores(x) -> tuple[int, int]:
+    """ATen's check of a margin loss's scores, (N, C), (C,) or (); their (N, C)."""
+    check(
+        (x.ndim == 2 and x.shape[1] != 0) or (x.ndim == 1 and x.shape[0] != 0) or x.ndim == 0,
+        lambda: (
+            "Expected non-empty vector or matrix with optional 0-dim batch size, but got: "
+            f"{list(x.shape)}"
+        ),
+    )
+    return (x.shape[0], x.shape[1]) if x.ndim == 2 else (1, x.shape[0] if x.ndim else 1)
+
+
+def _check_types(kernel: str, x, *others) -> None:
+    """The CPU kernel's dtypes: floating scores (half precision too, as on CUDA), then each
+    of ``others``, a (tensor, dtype) pair."""
+    name = dtype_name(torch_dtype(x.dtype))
+    check(
+        jnp.issubdtype(x.dtype, jnp.floating),
+        lambda: f"\"{kernel}\" not implemented for '{name}'",
+        NotImplementedError,
+    )
+    for t, dtype in others:
+        check(
+            t is None or t.dtype == dtype,
+            lambda: (
+                f"expected scalar type {dtype_name(torch_dtype(dtype))} but found "
+                f"{dtype_name(torch_dtype(t.dtype))}"
+            ),
+        )
 
 
 def _multi_margin(x, target, p: int, margin, weight, reduction: int):
     """``multi_margin_loss`` of (N, C), (C,) or () scores, as ATen defines it."""
     rows = x.reshape(-1, x.shape[-1] if x.ndim else 1)
-    target = target.reshape(-1).astype(jnp.int32)
+    shape, target = target.shape, target.reshape(-1).astype(jnp.int32)
     own = jnp.take_along_axis(rows, target[:, None], axis=1)
     z = margin - own + rows
     terms = z if p == 1 else z * z
@@ -312,7 +346,30 @@ def _multi_margin(x, target, p: int, margin, weight, reduction: int):
         terms = terms * weight[target][:, None]
     other = jnp.arange(rows.shape[1])[None, :] != target[:, None]
     loss = jnp.sum(jnp.where((z > 0) & other, terms, 0), axis=1) / rows.shape[1]
-    return _reduce(loss if x.ndim == 2 else loss.reshape(()), reduction)
+    return _reduce(loss.reshape(shape), reduction)  # (none: [N], or () for a 0-d target)
+
+
+@lowers(aten.multi_margin_loss.default, static=("p",))
+def multi_margin_loss(self, target, p=1, margin=1, weight=None, reduction=1):
+    check(int(p) in (1, 2), "only p == 1 and p == 2 supported")
+    frames, classes = _check_scores(self)
+    check(
+        target.ndim <= 1 and target.size == frames,
+        lambda: (
+            "multi_margin_loss: target tensor should be 1-D with size equal to the number "
+            f"of input samples (batch size). Expected target size [{frames}], but got "
+            f"{list(target.shape)}. Input has shape {list(self.shape)}."
+        ),
+    )
+    check(
+        weight is None or (weight.ndim <= 1 and weight.size == classes),
+        lambda: f"inconsistent weight size, expected {classes} but got {list(weight.shape)}",
+    )
+    if self.size:  # (else the CPU returns before its other checks)
+        kernel = "multi_margin_loss_cpu_kernel"
+        _check_types(kernel, self, (target, jnp.int64), (weight, self.dtype))
+        asserts.check((target >= 0) & (target < classes), RuntimeError, "target out of range")
+    return _multi_margin(self, target, int(p), margin, weight, reduction)
 
 
 @lowers(aten.multi_margin_loss_backward.default, static=("p",))
@@ -335,6 +392,39 @@ def _multilabel_margin(x, target, is_target, reduction: int):
     loss = jnp.sum(jnp.where(listed[:, :, None] & others, hinge, 0), axis=(1, 2))
     loss = loss / rows.shape[1]
     return _reduce(loss if x.ndim == 2 else loss.reshape(()), reduction)
+
+
+def _is_target(rows, target):
+    """Per row, which classes its targets list (up to the first -1)."""
+    listed = jnp.cumprod(target >= 0, axis=1).astype(bool)
+    classes = jnp.arange(rows.shape[1])
+    return jnp.any(listed[:, :, None] & (target[:, :, None] == classes), axis=1)
+
+
+@lowers(aten.multilabel_margin_loss_forward.default)
+def multilabel_margin_loss_forward(self, target, reduction):
+    frames, classes = _check_scores(self)
+    if self.ndim == 2:
+        fits = target.shape == (frames, classes)
+    else:
+        fits = target.ndim <= 1 and target.size == classes
+    check(
+        fits,
+        lambda: (
+            f"inconsistent target size: {list(target.shape)} for input of size: {list(self.shape)}"
+        ),
+    )
+    if self.size:  # (else the CPU returns before its other checks)
+        asserts.check(
+            (target >= -1) & (target < classes),
+            RuntimeError,
+            "argument #2 'target' is out of range",
+        )
+        _check_types("multilabel_margin_loss_forward_out_frame", self, (target, jnp.int64))
+    rows = self.reshape(frames, classes)
+    is_target = _is_target(rows, target.reshape(frames, classes)).astype(self.dtype)
+    is_target = is_target.reshape(target.shape)
+    return _multilabel_margin(self, target, is_target, reduction), is_target
 
 
 @lowers(aten.multilabel_margin_loss_backward.default)

@@ -12,11 +12,12 @@ import jax
 import jax.numpy as jnp
 import torch
 
-from torch_pjrt.ops._helpers import default_dtype
+from torch_pjrt.ops._helpers import check, default_dtype, dtype_name
 from torch_pjrt.ops._promote import result_type
 from torch_pjrt.ops.registry import implements, lowers, refusal
 from torch_pjrt.ops.registry import lowers_in_graphs as in_graphs
 from torch_pjrt.runtime import asserts
+from torch_pjrt.runtime.transfer import torch_dtype
 
 aten = torch.ops.aten
 
@@ -230,14 +231,32 @@ def randperm(
     return jax.random.permutation(key, n).astype(jax_dtype(dtype))
 
 
-@lowers(aten.multinomial.default, random=True)
-def multinomial(self, num_samples, replacement=False, generator=None, *, key):
-    _check_generator(generator)
-    if not replacement and num_samples > self.shape[-1]:
-        raise refusal(
-            RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without replacement")
-        )
-    probs = self.astype(_float_dtype(self.dtype))
+# NOTE: ATen samples categories through float32 indices: FLOAT32_MAX_CONSECUTIVE_INT
+_MAX_CATEGORIES = 2**24
+
+
+def _check_multinomial(self, num_samples: int, replacement: bool) -> None:
+    """ATen's argument checks of multinomial, in its words and order (its Meta kernel words
+    the first otherwise and makes none of the others)."""
+    check(1 <= self.ndim <= 2, "prob_dist must be 1 or 2 dim")
+    check(
+        jnp.issubdtype(self.dtype, jnp.floating),
+        lambda: (
+            "multinomial only supports floating-point dtypes for input, got: "
+            f"{dtype_name(torch_dtype(self.dtype))}"
+        ),
+    )
+    check(num_samples > 0, "cannot sample n_sample <= 0 samples")
+    check(
+        replacement or num_samples <= self.shape[-1],
+        "cannot sample n_sample > prob_dist.size(-1) samples without replacement",
+    )
+    check(self.shape[-1] <= _MAX_CATEGORIES, "number of categories cannot exceed 2^24")
+
+
+def _check_probabilities(probs) -> None:
+    """ATen's checks of the probabilities (without replacement, or one sample): every entry
+    finite and >= 0, then every row's sum > 0."""
     asserts.check(
         jnp.isfinite(probs) & (probs >= 0),
         RuntimeError,
@@ -248,6 +267,38 @@ def multinomial(self, num_samples, replacement=False, generator=None, *, key):
         RuntimeError,
         "invalid multinomial distribution (sum of probabilities <= 0)",
     )
+
+
+_DRAW_ERRORS = (
+    "encountering probability entry < 0",
+    "encountering probability entry = infinity or NaN",
+    "sum of probabilities <= 0",
+)
+
+
+def _check_rows(probs) -> None:
+    """The CPU's checks with replacement, row after row: a row's first entry that is < 0
+    (or NaN) or infinite, else its sum <= 0; the first row that fails says which."""
+    rows = probs.reshape(-1, probs.shape[-1])
+    bad = ~(rows >= 0) | ~jnp.isfinite(rows)
+    entry = jnp.take_along_axis(rows, jnp.argmax(bad, axis=1)[:, None], axis=1)[:, 0]
+    error = jnp.where(
+        bad.any(axis=1), jnp.where(entry >= 0, 2, 1), jnp.where(rows.sum(axis=1) > 0, 0, 3)
+    )
+    first = error[jnp.argmax(error != 0)]
+    for code, what in enumerate(_DRAW_ERRORS, 1):
+        asserts.check(first != code, RuntimeError, f"invalid multinomial distribution ({what})")
+
+
+@lowers(aten.multinomial.default, random=True)
+def multinomial(self, num_samples, replacement=False, generator=None, *, key):
+    _check_generator(generator)
+    _check_multinomial(self, num_samples, replacement)
+    probs = self.astype(_float_dtype(self.dtype))
+    if replacement and num_samples > 1 and probs.shape[-1] > 0:
+        _check_rows(probs)
+    else:
+        _check_probabilities(probs)
     logits = jnp.log(probs)
     if replacement:
         shape = (num_samples,) + logits.shape[:-1]

@@ -155,6 +155,15 @@ _EXACT_DTYPE = {
     ),
 }
 _EXACT_DTYPE["aten::amin"] = _EXACT_DTYPE["aten::amax"]
+# NOTE: out= kernels that take one out dtype only, whatever the inputs, and check it before
+# they compute, in ATen's words (dtype, out dtype -> message). (Before the program runs: the
+# CPU checks the input's rank and dtype first, so a tensor wrong in both is told the out's.)
+_OUT_DTYPE = {
+    "aten::multinomial": (
+        torch.int64,
+        lambda o: f"multinomial expects Long tensor out, got: {dtype_name(o)}",
+    ),
+}
 
 
 def _overlap(a: torch.Tensor, b: torch.Tensor, shape=None) -> str | None:
@@ -219,6 +228,7 @@ class OutKernel:
         self.no_overlap = name in _NO_OVERLAP
         self.check_overlap = pointwise or name in _NO_INTERNAL_OVERLAP
         self.exact_dtype = _EXACT_DTYPE.get(name)
+        self.out_dtype = _OUT_DTYPE.get(name)
 
     def __call__(self, *args, **kwargs):
         given = dict(kwargs)
@@ -226,6 +236,8 @@ class OutKernel:
         sig = self.functional.sig
         if self.dtype_index is not None and sig.values(args, kwargs)[self.dtype_index] is None:
             kwargs["dtype"] = outs[0].dtype
+        if self.out_dtype is not None and outs[0].dtype != self.out_dtype[0]:
+            raise RuntimeError(self.out_dtype[1](outs[0].dtype))
         if self.check_overlap:
             _check_overlap(outs, args, kwargs, self.no_overlap)
         try:

@@ -26,7 +26,9 @@ executor owns *how*, the same way for every client:
   an ``asserts.Checked`` (its results, the checks' arrays, what they mean). A top-level
   call hands the checks to ``asserts.expect`` and returns the results alone; a client
   that traces the program inside another one (a fused recording) gets the ``Checked``
-  of pending values and does the same (``asserts.unpack``).
+  of pending values and does the same (``asserts.unpack``). The outputs of a call
+  whose inputs came from a check not read yet, or one that failed, are marked as
+  coming from it (``asserts.derive``): their reads raise its error if it failed.
 
 The small programs of raw kernels (a view's gather, a cast, the zeros of a fresh
 storage, a fused optimizer) are :func:`helper` programs: a function of static
@@ -72,6 +74,7 @@ def use_meshes() -> None:
     """Arrays may from now on be laid out over device meshes (SPMD)."""
     global mesh_in_use
     mesh_in_use = True
+    asserts.one_device = False
 
 
 def traced_at_full_precision(fn):
@@ -201,6 +204,10 @@ class Program:
             x64.restore(prev)
         if self.traced is not None:  # jit traced: a new XLA program was compiled
             self.compiled()
+        # values computed from an unread or failed check's results are marked as theirs
+        # (a fused recording marks its own, op by op, as it records them)
+        if asserts.watching() and self.scope != "fused":
+            asserts.derive(args, out.results if out.__class__ is asserts.Checked else out)
         if out.__class__ is asserts.Checked:
             out = asserts.unpack(out, self.name)
         return out
