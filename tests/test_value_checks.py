@@ -210,7 +210,8 @@ def test_values_computed_from_a_bad_result_raise_its_error(mode):
         w = torch.ones(3, device=DEV) * 3  # unrelated to it
         p = torch.zeros(1, device=DEV)
         p.add_(y)  # an in-place write of it
-        for value in (z, y, p, z):
+        q = y[_t([0], DEV)]  # a checked op of its own (which passes) on it
+        for value in (z, y, p, q, z):
             with pytest.raises(IndexError, match="index 7 is out of bounds"):
                 value.cpu()
         torch.testing.assert_close(w.cpu(), torch.full((3,), 3.0))
@@ -259,3 +260,24 @@ def test_a_compiled_graph_of_a_bad_result_raises_its_error():
         torch.pjrt.synchronize()  # (the error, reported)
     with pytest.raises(IndexError, match="index 8 is out of bounds"):
         out.item()
+
+
+def test_a_replay_computed_from_a_failed_replay_raises_its_error():
+    """A captured graph that accumulates into a tensor: a replay whose index fails, then
+    replays with good indices that add to what it stored; the accumulated value raises the
+    failed replay's error, not a sum of silently wrong values."""
+    x, index = torch.arange(5.0, device=DEV), _t([1], DEV)
+    total = torch.zeros(1, device=DEV)
+    g = torch.pjrt.Graph()
+    with torch.pjrt.graph(g):
+        total.add_(x[index])
+    g.replay()
+    index.fill_(9)
+    g.replay()  # fails: reported at the next wait
+    index.fill_(2)
+    g.replay()
+    g.replay()  # good indices, added to the bad sum
+    with pytest.raises(IndexError, match="index 9 is out of bounds"):
+        torch.pjrt.synchronize()
+    with pytest.raises(IndexError, match="index 9 is out of bounds"):
+        total.item()

@@ -24,7 +24,6 @@ The program, its inputs and its donations are those of a fused recording
 
 from __future__ import annotations
 
-import functools
 import weakref
 
 import jax
@@ -199,10 +198,12 @@ class Capture:
         outputs += tuple([where for where, *_ in checks])
         # an input cell the graph overwrites (a parameter, an optimizer state) whose
         # value keeps its shape: its buffer may be reused for the new value
-        # (a value stored with another shape than the graph reads it with, a flat copy_
-        # into a shaped tensor, is reshaped inside the program: a reshape outside it, at
-        # each replay, is an eager JAX op of ~50 us)
-        updatable, reshaped = [], {}
+        # (a value stored with another shape than the graph read it with, a flat copy_
+        # into a shaped tensor or a cache read back as the view an op wanted, is taken by
+        # the program in the shape it stores, and reshaped inside: a reshape outside it,
+        # at each replay, is an eager JAX op of ~50 us, and one of the stored value
+        # inside costs XLA copies of the cache where it is updated in place)
+        updatable, entering = [], {}
         for k, (cells, aval) in enumerate(zip(out_cells, avals)):
             if len(cells) == 1:
                 slot = inputs.get(id(cells[0]), (None,))[0]
@@ -211,7 +212,7 @@ class Capture:
                 if sigs[slot].shape != aval.shape:
                     if sigs[slot].size != aval.size:
                         continue
-                    reshaped[k] = sigs[slot].shape
+                    entering[slot] = aval.shape
                 updatable.append((slot, cells[0]))
         cell_slots = dict(inputs.values())
         # numbers are baked into the program (a random op's seed and offset excepted)
@@ -230,7 +231,7 @@ class Capture:
             cell_slots=sorted(cell_slots.items()),
             rng=[(s, o, offset - self.rng_offset) for s, o, offset in self.rng],
             outputs=outputs,
-            reshaped=reshaped,
+            entering=entering,
             out_cells=out_cells,
             updatable=sorted(updatable, key=lambda u: u[0]),
             aliases=aliases,
@@ -293,26 +294,25 @@ def _packing(fn, k: int):
     return packed
 
 
-def _still_stored(out_cells, ids) -> list:
-    """The values a replay stored that its cells still hold (for ``asserts``)."""
-    return [
-        cell._value for cells, i in zip(out_cells, ids) for cell in cells if id(cell._value) == i
-    ]
-
-
 _MAX_PROGRAMS = 64
 _programs: dict = {}  # what a capture recorded -> its executor.Program (see Captured)
 
 
-def _reshaping(fn, shapes: dict):
-    """``fn`` with its ``k``-th output reshaped to ``shapes[k]``."""
+def _entering(fn, shapes: dict, slots: tuple, kept: list):
+    """``fn(donated, kept)`` (a replay program) with the inputs of the slots in ``shapes``
+    reshaped to ``shapes[slot]`` first (they come in the shape their cells store)."""
 
-    def reshaped(*args):
-        values = fn(*args)
-        return [v.reshape(shapes[k]) if k in shapes else v for k, v in enumerate(values)]
+    def entered(donated_inputs, kept_inputs):
+        donated_inputs = [
+            x.reshape(shapes[i]) if i in shapes else x for i, x in zip(slots, donated_inputs)
+        ]
+        kept_inputs = [
+            x.reshape(shapes[i]) if i in shapes else x for i, x in zip(kept, kept_inputs)
+        ]
+        return fn(donated_inputs, kept_inputs)
 
-    reshaped.__name__ = reshaped.__qualname__ = fn.__name__
-    return reshaped
+    entered.__name__ = entered.__qualname__ = fn.__name__
+    return entered
 
 
 class Captured:
@@ -326,7 +326,13 @@ class Captured:
 
         # NOTE: the program's key is the donated slots alone (the rest of a recording's
         # key is this graph's, fixed): hashing the whole recording costs ~65 us a call
-        reshaped, checks = self.reshaped, len(self.checks)
+        entering, checks = self.entering, len(self.checks)
+        # (the shapes the program takes its inputs in: their cells', where they differ)
+        self.wanted = [
+            sig if i not in entering else jax.core.ShapedArray(entering[i], sig.dtype)
+            for i, sig in enumerate(self.sigs)
+        ]
+        recorded_shapes = {i: self.sigs[i].shape for i in entering}
         # every check of the graph in one array and one record per replay (each costs
         # a few microseconds), each row labelled with its op and line
         self.check_specs = tuple(
@@ -340,8 +346,10 @@ class Captured:
         def build(donated):
             key = (*recorded, donated)
             fn, donate = fused.replay_program(key, baked, inline=mesh is not None)
-            if reshaped:
-                fn = _reshaping(fn, reshaped)
+            if entering:
+                gone = set(donated) | set(baked)
+                kept = [i for i in range(len(self.sigs)) if i not in gone]
+                fn = _entering(fn, recorded_shapes, donated, kept)
             if checks:
                 fn = _packing(fn, checks)
             if mesh is None:
@@ -353,7 +361,7 @@ class Captured:
         shared = None
         if mesh is None:
             numbers = tuple([(k, type(v), v) for k, v in sorted(baked.items())])  # (1 == 1.0)
-            shared = (self.index, recorded, numbers, tuple(reshaped.items()))
+            shared = (self.index, recorded, numbers, tuple(sorted(entering.items())))
             self.program = _programs.get(shared)
         if shared is None or self.program is None:
             self.program = executor.Program(
@@ -374,7 +382,7 @@ class Captured:
         """Every input slot's value for a replay now: the cells' arrays, the baked
         numbers, and the random ops' (seed, offset)."""
         args = list(self.constants)
-        sigs = self.sigs
+        sigs = self.wanted
         for slot, cell in self.cell_slots:
             v = cell._value
             if v is None or v.__class__ is Pending:
@@ -414,8 +422,8 @@ class Captured:
             values = [mesh[3](v) for v in values]
         if self.checks:  # (the value after the cells' is the recorded ops' checks)
             n = len(self.out_cells)
-            stored = functools.partial(_still_stored, self.out_cells, [id(v) for v in values[:n]])
-            asserts.expect(values[n], self.check_specs, self.program.name, self.line, stored)
+            # (its results are followed, so what later replays compute from them is too)
+            asserts.expect(values[n], self.check_specs, self.program.name, self.line, values[:n])
         for cells, value in zip(self.out_cells, values):
             if len(cells) == 1:
                 cells[0].own(value)

@@ -61,7 +61,17 @@ class Unfusable(Exception):
 class Pending:
     """A value a recorded op will produce: its shape and dtype, and later its array."""
 
-    __slots__ = ("aval", "dtype", "error", "graph", "shape", "value", "where", "__weakref__")
+    __slots__ = (
+        "aval",
+        "dtype",
+        "error",
+        "graph",
+        "shape",
+        "value",
+        "where",
+        "_torch_pjrt_checks",  # (asserts.SOURCES: the checks it comes from, or None)
+        "__weakref__",
+    )
 
     def __init__(self, out: tuple, graph, where):
         self.aval, self.shape, self.dtype = out
@@ -69,6 +79,7 @@ class Pending:
         self.where = where  # (node, output) in the graph's recording
         self.value = None
         self.error = None  # why the program computing it failed
+        self._torch_pjrt_checks = None
 
     @property
     def ndim(self) -> int:
@@ -368,22 +379,23 @@ class _Graph:
                 m |= 1 << bit
             return m
 
-        inputs = [0] * len(self.inputs)
-        for i, found in asserts.marked(self.inputs):
-            inputs[i] = mask(found)
-        seeds = {}
-        for value, found in asserts.followed():
-            if value.__class__ is Pending and value.graph is self and value.value is None:
-                n = value.where[0]
-                seeds[n] = seeds.get(n, 0) | mask(found)
-        if not sources:
-            return
+        inputs = []
+        for x in self.inputs:
+            found = asserts.origins((x,)) if x.__class__ is _ArrayImpl else ()
+            inputs.append(mask(found) if found else 0)
         masks = []
-        for n, (_, _, refs, _) in enumerate(self.nodes):
-            m = seeds.get(n, 0)
+        for _, _, refs, outs in self.nodes:
+            m = 0
             for r in refs:
                 m |= inputs[r] if r.__class__ is int else masks[r[0]]
+            own = outs[0]._torch_pjrt_checks if outs else None  # (a checked op's record,
+            if own is not None:  # set on its results by asserts.expect)
+                if m:  # its inputs' checks are its parents: its values name it alone
+                    asserts.adopt(own, [o for i, o in enumerate(sources) if m >> i & 1])
+                m = mask(own)
             masks.append(m)
+        if not sources:
+            return
         by_mask: dict = {}
         for p in held:
             m = masks[p.where[0]]

@@ -28,7 +28,6 @@ Example, in a lowering:
 from __future__ import annotations
 
 import threading
-import weakref
 
 import jax
 import jax.numpy as jnp
@@ -39,12 +38,11 @@ from torch_pjrt.runtime import events
 
 __all__ = [
     "Checked",
+    "adopt",
     "check",
     "became",
     "derive",
     "follow",
-    "followed",
-    "marked",
     "origins",
     "expect",
     "first_bad",
@@ -151,23 +149,29 @@ def first_bad(values, ok):
 
 
 class _Expected:
-    """One program's checks: its flag arrays (or pending values), what they mean, the
-    op, where it was called, and references to its results."""
+    """One program's checks: its flag arrays (or pending value), what they mean, the op,
+    where it was called, and the unread checks its inputs came from (``parents``). Once
+    read, ``error`` is the exception its values raise (its own failed check's, or a
+    parent's), else None."""
 
-    __slots__ = ("flags", "specs", "op", "line", "results")
+    __slots__ = ("flags", "specs", "op", "line", "parents", "read", "error")
 
-    def __init__(self, flags, specs, op, line, results):
+    def __init__(self, flags, specs, op, line, parents):
         self.flags, self.specs, self.op, self.line = flags, specs, op, line
-        self.results = results
+        self.parents = parents
+        self.read = False
+        self.error = None
 
 
 _MAX_EXPECTED = 4096  # checked programs held before their flags are read unasked
-_MAX_TRACKED = 1 << 16  # values followed (results and values computed from them), the same
+_MAX_SOURCES = 64  # unread checks one value may come from before they are read unasked
 _expected: list[_Expected] = []
-_poisoned: dict = {}  # id(result array) -> the error its reads raise
-# id(array or pending value) -> (a weak reference to it, the _Expected records it comes
-# from): the results of checks not read yet, and the values computed from them (derive)
-_tracked: dict = {}
+_failed = False  # a check failed once: values computed from its values are followed on
+_read_soon = False  # a value comes from more than _MAX_SOURCES unread checks
+# NOTE: a value's checks live on the value itself: the records of the checks it was
+# computed from (an attribute of JAX's arrays and a slot of fused mode's pending
+# values), so following them costs an attribute per input and output, no table
+SOURCES = "_torch_pjrt_checks"
 try:  # NOTE: the class of JAX's arrays, for a test cheaper than isinstance
     from jax._src.array import ArrayImpl as _ArrayImpl
 except ImportError:  # pragma: no cover - a JAX that moved it
@@ -177,6 +181,9 @@ except ImportError:  # pragma: no cover - a JAX that moved it
 # Until arrays may be laid out over meshes (executor.use_meshes), every array is.
 one_device = True
 _copy_one = getattr(_ArrayImpl, "_copy_single_device_array_to_host_async", None)
+# the classes of values whose checks are followed: JAX's arrays, and fused mode's
+# pending values (which torch_pjrt.modes.fused adds)
+VALUE_CLASSES = {_ArrayImpl}
 
 
 def unpack(checked: Checked, op: str, line: str | None = None):
@@ -196,50 +203,51 @@ def unpack(checked: Checked, op: str, line: str | None = None):
 capture_sink = None
 
 
+def _values(tree, out: list | None = None) -> list:
+    """The arrays and pending values of ``tree`` (NOTE: lists and tuples walked here:
+    ``jax.tree_util.tree_leaves`` costs ~0.4 us a leaf)."""
+    out = [] if out is None else out
+    cls = tree.__class__
+    if cls in VALUE_CLASSES:
+        out.append(tree)
+    elif cls is list or cls is tuple:
+        for v in tree:
+            c = v.__class__
+            if c in VALUE_CLASSES:
+                out.append(v)
+            elif c is list or c is tuple or c is dict:
+                _values(v, out)
+    elif cls is dict:
+        _values(list(tree.values()), out)
+    elif tree is not None and cls not in (int, float, bool):
+        out += [v for v in jax.tree_util.tree_leaves(tree) if v.__class__ in VALUE_CLASSES]
+    return out
+
+
 def expect(flags, specs, op: str, line, results) -> None:
     """Checks a program ran for ``op`` (called at ``line``: 'file:line' or
     ``events.user_site``'s pair), read at the next host sync: ``flags`` (their packed
     array or pending value) and ``specs`` (:class:`Checked`'s); ``results`` (a tree of
-    arrays or pending values, or a function giving them later: a captured graph's, whose
-    outputs are many) are refused to reads if one fails."""
-    if callable(results):
-        refs = results
-    else:
-        leaves = (
-            (results,) if results.__class__ is _ArrayImpl else jax.tree_util.tree_leaves(results)
-        )
-        refs = []
-        for r in leaves:
-            if r.__class__ is _ArrayImpl:
-                refs.append(weakref.ref(r))
-            elif getattr(r, "concrete", None) is not None:  # (a pending value: held, as
-                refs.append(_Held(r))  # the array it becomes replaces it in its storage)
+    arrays or pending values) raise the error when read if one fails, and so does every
+    value computed from them (:func:`derive`)."""
+    values = _values(results)
+    parents = origins(values)  # (the executor marked them with their inputs' checks)
     if flags.__class__ is _ArrayImpl:  # on its way to the host as soon as it is computed
         if one_device and _copy_one is not None:
             _copy_one(flags)
         else:
             flags.copy_to_host_async()
-    record = _Expected(flags, specs, op, line, refs)
-    if not callable(refs):
-        for ref in refs:
-            _tracked[id(ref())] = (ref, (record,))
+    record = _Expected(flags, specs, op, line, parents)
+    mine = (record,)
+    for v in values:
+        setattr(v, SOURCES, mine)
     _expected.append(record)  # (atomic)
     if settings.mode == "debug":  # synchronous: at the op
         verify(at_op=True)
     elif len(_expected) > _MAX_EXPECTED:  # a loop that never waits: read them now
         verify()
-
-
-class _Held:
-    """A strong reference with a weak reference's call."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value):
-        self.value = value
-
-    def __call__(self):
-        return self.value
+    elif _read_soon:  # (those computed already: no recording is cut for it)
+        verify(ready_only=True)
 
 
 def _value(x):
@@ -247,226 +255,170 @@ def _value(x):
     return concrete() if concrete is not None else x
 
 
-def verify(at_op: bool = False) -> None:
-    """Read every check expected so far; poison the results of each failed one, and raise
-    the first one's error (marked ``pjrt_event``: the layers in between pass it on as it
-    is). Each program's flags started for the host when it was called (see :func:`expect`):
-    reading them here costs about a microsecond each."""
+def verify(at_op: bool = False, ready_only: bool = False) -> None:
+    """Read every check expected so far, in order; a failed one's values (and those
+    computed from them, :func:`derive`) raise its error from now on, and the first one
+    raises here (marked ``pjrt_event``: the layers in between pass it on as it is). Each
+    program's flags started for the host when it was called (see :func:`expect`):
+    reading them here costs about a microsecond each. ``ready_only``: only the checks of
+    programs that ran (not those of a fused recording still recording)."""
+    global _failed, _read_soon
+    _read_soon = False
     if not _expected:
         return
     todo = _expected[:]
     del _expected[: len(todo)]  # (what other threads append meanwhile stays)
-    followed = list(_tracked.values())
-    if not _expected:
-        _tracked.clear()
-    records, packed = [], []
+    if ready_only:
+        waiting = [r for r in todo if getattr(r.flags, "graph", None) is not None]
+        if waiting:
+            _expected[:0] = waiting  # (kept in order, before what came meanwhile)
+            todo = [r for r in todo if getattr(r.flags, "graph", None) is None]
+    error = None
     for record in todo:
         try:
-            packed.append(_value(record.flags))
+            rows = np.asarray(_value(record.flags))  # (copied to the host already, or now)
         except Exception:  # noqa: BLE001  (the program itself failed: its reader reports it)
-            continue
-        records.append(record)
-    error = None
-    for record, flags in zip(records, packed):
-        rows = np.asarray(flags)  # (copied to the host already, or now)
-        if rows[:, 0].all():
-            continue
-        for row, (kind, message, where) in zip(rows, record.specs):
-            if row[0]:
-                continue
-            failed = kind(message.format(*[int(v) for v in row[1:]]))
-            failed.pjrt_event = True
-            when = (
-                "(debug mode: at the op)"
-                if at_op
-                else f"reported at the host's next wait, {events.user_line()} "
-                "(TORCH_PJRT_MODE=debug raises at the op)"
-            )
-            op, line = (
-                (record.op, record.line)
-                if where is None
-                else (
-                    f"{where[0]} (in {record.op})",
-                    where[1] or record.line,
-                )
-            )
-            if line is None or isinstance(line, tuple):  # (events.user_site's)
-                line = "<unknown>" if line is None else f"{line[0]}:{line[1]}"
-            if hasattr(failed, "add_note"):
-                failed.add_note(f"pjrt: checked on the device in {op}, called at {line}; {when}")
-            _poison(record, failed, followed)
+            rows = None
+        failed = None if rows is None or rows[:, 0].all() else _error(record, rows, at_op)
+        if failed is None:  # (its inputs' failed checks are its values' too)
+            failed = next((p.error for p in record.parents if p.error is not None), None)
+        else:
             error = error or failed
-            break
+        record.read, record.error = True, failed
+        record.flags = record.parents = None
+        if failed is not None:
+            _failed = True
     if error is not None:
         raise error
 
 
-def _poison(record: _Expected, error: Exception, followed: list) -> None:
-    """Refuse reads of ``record``'s results and of the values computed from them
-    (``followed``: the ``(reference, sources)`` of :data:`_tracked`)."""
-    found = record.results
-    results = list(found()) if callable(found) else [ref() for ref in found]
-    results += [ref() for ref, sources in followed if record in sources]
-    for r in results:
-        if r is not None:
-            _poison_value(r, error)
-
-
-def _poison_value(r, error: Exception) -> None:
-    """Reads of ``r`` (an array, or a pending value and the array it becomes) raise
-    ``error``."""
-    if r.__class__ is not _ArrayImpl:  # (a pending value)
-        if r.value is None:  # not computed yet: marked when it is (see became)
-            _mark(r, error)
-            return
-        r = r.value
-    _mark(r, error)
-
-
-def _mark(r, error: Exception) -> None:
-    key = id(r)
-    if key not in _poisoned:
-        weakref.finalize(r, _poisoned.pop, key, None)
-    _poisoned[key] = error
+def _error(record: _Expected, rows, at_op: bool) -> Exception:
+    """The exception of ``record``'s first failed check (``rows``: its flags)."""
+    for row, (kind, message, where) in zip(rows, record.specs):
+        if row[0]:
+            continue
+        failed = kind(message.format(*[int(v) for v in row[1:]]))
+        failed.pjrt_event = True
+        when = (
+            "(debug mode: at the op)"
+            if at_op
+            else f"reported at the host's next wait, {events.user_line()} "
+            "(TORCH_PJRT_MODE=debug raises at the op)"
+        )
+        op, line = (
+            (record.op, record.line)
+            if where is None
+            else (f"{where[0]} (in {record.op})", where[1] or record.line)
+        )
+        if line is None or isinstance(line, tuple):  # (events.user_site's)
+            line = "<unknown>" if line is None else f"{line[0]}:{line[1]}"
+        if hasattr(failed, "add_note"):
+            failed.add_note(f"pjrt: checked on the device in {op}, called at {line}; {when}")
+        return failed
+    raise AssertionError("a failed row was not found")  # pragma: no cover
 
 
 def watching() -> bool:
     """Whether values computed now may come from a check not read yet or failed (then
-    clients call :func:`derive` and :func:`became`)."""
-    return bool(_tracked or _poisoned)
+    clients call :func:`derive`, or :func:`origins` and :func:`follow`)."""
+    return bool(_expected) or _failed
+
+
+def _live(sources) -> bool:
+    for r in sources:
+        if not r.read or r.error is not None:
+            return True
+    return False
 
 
 def _origins(inputs, found: list) -> None:
-    """Append to ``found`` the sources (a tuple each: unread checks' records, or a failed
-    one's error) of the arrays and pending values among ``inputs`` (nested lists and
-    tuples). NOTE: on every program call while a check is unread: plain loops, the
-    lookup written out for a list's items too (a call per item would cost more than the
-    lookup)."""
-    values, tracked, poisoned = VALUE_CLASSES, _tracked, _poisoned
+    """Append to ``found`` the check records (a tuple each) of the arrays and pending
+    values among ``inputs`` (nested lists and tuples). NOTE: on every program call while
+    a check is unread: plain loops, the lookup written out for a list's items too (a call
+    per item would cost more than the lookup)."""
+    values = VALUE_CLASSES
     for a in inputs:
         cls = a.__class__
         if cls is list or cls is tuple:
             for b in a:
                 c = b.__class__
                 if c in values:
-                    entry = tracked.get(id(b))
-                    if entry is not None and entry[0]() is b:
-                        found.append(entry[1])
-                    elif poisoned and id(b) in poisoned:
-                        found.append((poisoned[id(b)],))
+                    sources = getattr(b, SOURCES, None)
+                    if sources is not None:
+                        found.append(sources)
                 elif c is list or c is tuple:
                     _origins(b, found)
         elif cls in values:
-            entry = tracked.get(id(a))
-            if entry is not None and entry[0]() is a:
-                found.append(entry[1])
-            elif poisoned and id(a) in poisoned:
-                found.append((poisoned[id(a)],))
-
-
-# the classes of values derive follows: JAX's arrays, and fused mode's pending values
-# (which torch_pjrt.modes.fused adds)
-VALUE_CLASSES = {_ArrayImpl}
+            sources = getattr(a, SOURCES, None)
+            if sources is not None:
+                found.append(sources)
 
 
 def origins(inputs) -> tuple:
-    """What ``inputs`` (arrays, pending values, nested lists and tuples of them; other
-    leaves ignored) were computed from: the unread checks (records) and failed ones
-    (errors) among their sources, each once; empty for values no check made."""
+    """The checks ``inputs`` (arrays, pending values, nested lists and tuples of them;
+    other leaves ignored) were computed from that are unread or failed, each once;
+    empty for values no such check made."""
     found: list = []
     _origins(inputs, found)
     if not found:
         return ()
     first = found[0]
-    if len(found) == 1 or all([f is first for f in found]):
-        return first
+    if all([f is first for f in found]):
+        return first if _live(first) else ()
     merged: list = []  # (a foreach op's list of values from the same checks: once each)
     for sources in found:
-        for origin in sources:
-            if origin not in merged:
-                merged.append(origin)
+        for r in sources:
+            if (not r.read or r.error is not None) and r not in merged:
+                merged.append(r)
     return tuple(merged)
-
-
-def followed() -> list:
-    """``(value, sources)`` of every value followed now (results of unread checks and
-    values computed from them), for clients that trace lineage themselves."""
-    out = []
-    for ref, sources in list(_tracked.values()):
-        value = ref()
-        if value is not None:
-            out.append((value, sources))
-    return out
-
-
-def marked(values) -> list:
-    """``(i, sources)`` for each of ``values`` (a flat sequence) that is followed or
-    refused (:func:`origins` of the one value)."""
-    out = []
-    tracked, poisoned = _tracked, _poisoned
-    for i, a in enumerate(values):
-        entry = tracked.get(id(a))
-        if entry is not None and entry[0]() is a:
-            out.append((i, entry[1]))
-        elif poisoned and id(a) in poisoned:
-            out.append((i, (poisoned[id(a)],)))
-    return out
 
 
 def follow(values, sources: tuple) -> None:
     """``values`` (arrays or pending values) were computed from ``sources``
-    (:func:`origins`): they raise a failed source's error when read, now or when an
-    unread one is read and fails."""
-    records, error = sources, None
-    for origin in sources:
-        if origin.__class__ is not _Expected:  # a failed check's error: refused at once
-            records = tuple([o for o in sources if o.__class__ is _Expected])
-            error = origin
-            break
-    tracked = _tracked
-    for o in values:
-        if records:
-            tracked[id(o)] = (weakref.ref(o), records)
-        if error is not None:
-            _poison_value(o, error)
-    if len(_tracked) > _MAX_TRACKED:  # a long run that never waits: read the checks now
-        verify()
+    (:func:`origins`): they raise a failed source's error when read."""
+    global _read_soon
+    for v in values:
+        setattr(v, SOURCES, sources)
+    if len(sources) > _MAX_SOURCES:  # from many unread checks: read them at the next
+        _read_soon = True  # checked op (not here, inside a program call or a flush)
+
+
+def adopt(records: tuple, parents: list) -> None:
+    """``records`` (unread) were computed from values of the checks ``parents``: their
+    values raise a failed parent's error too."""
+    for r in records:
+        if r.__class__ is _Expected and not r.read:
+            r.parents = (*r.parents, *[p for p in parents if p not in r.parents])
 
 
 def derive(inputs, outputs) -> None:
     """``outputs`` (a tree of arrays or pending values) were computed from ``inputs``
-    (see :func:`origins`): if an input is the result of a check not read yet, or of one
-    that failed, so are the outputs (their reads raise its error). Called by the
-    executor for every program call while :func:`watching`."""
+    (see :func:`origins`): if an input comes from a check not read yet, or from one that
+    failed, so do the outputs (their reads raise its error). Called by the executor for
+    every program call while :func:`watching`."""
     sources = origins(inputs)
-    if not sources:
-        return
-    if outputs.__class__ is _ArrayImpl:
-        follow((outputs,), sources)
-    else:
-        leaves = jax.tree_util.tree_leaves(outputs)
-        follow([o for o in leaves if o.__class__ in VALUE_CLASSES], sources)
+    if sources:
+        follow(_values(outputs), sources)
 
 
 def became(pendings) -> None:
     """A fused recording ran: its ``pendings`` hold their arrays now, which are what
-    later programs read; those of followed or failed values are followed or refused."""
+    later programs read; they carry the pendings' checks."""
     for p in pendings:
-        key = id(p)
-        error = _poisoned.get(key)
-        if error is not None:
-            _mark(p.value, error)
-        entry = _tracked.get(key)
-        if entry is not None and entry[0]() is p:
-            follow((p.value,), entry[1])
+        sources = getattr(p, SOURCES, None)
+        if sources is not None:
+            setattr(p.value, SOURCES, sources)
 
 
 def refuse_read(array) -> None:
-    """Raise the error of the failed check that made ``array``, if one did."""
-    if _poisoned:
-        error = _poisoned.get(id(array))
-        if error is not None:
-            raise type(error)(*error.args) from error
+    """Raise the error of a failed check that ``array`` comes from, if one did (after a
+    host sync: every check read)."""
+    sources = getattr(array, SOURCES, None)
+    if sources is not None:
+        for r in sources:
+            if r.error is not None:
+                error = r.error
+                raise type(error)(*error.args) from error
 
 
 def _on_event(event: str, what: str) -> None:
