@@ -25,7 +25,7 @@ LAYERS = (
     ("modes",),  # the mode policy and the fused recording
     ("device",),  # tensors and storage cells, torch.pjrt, RNG state, streams, serialization
     ("ops",),  # lowerings, the registry, the fallback, debug-mode checks
-    ("distributed", "compile", "diagnostics", "migrate"),
+    ("distributed", "compile", "diagnostics", "migrate", "kernels"),
     ("_registration", "torch_pjrt"),  # registering the device; the public names
     ("cli",),  # the torch-pjrt command, a user of the public names
 )

@@ -31,6 +31,7 @@ from torch_pjrt._version import __version__ as __version__  # noqa: E402
 from torch_pjrt.config import config, settings  # noqa: E402
 from torch_pjrt.diagnostics import metrics  # noqa: E402
 from torch_pjrt.diagnostics.strict import StrictModeError, strict  # noqa: E402
+from torch_pjrt.kernels import kernel  # noqa: E402
 from torch_pjrt.modes import get_mode, mode, set_mode, step  # noqa: E402
 from torch_pjrt.ops.registry import LoweringMissing  # noqa: E402
 from torch_pjrt.runtime import PlatformError, current_platform, init  # noqa: E402
@@ -43,6 +44,7 @@ __all__ = [
     "current_platform",
     "get_mode",
     "init",
+    "kernel",
     "metrics",
     "mode",
     "set_mode",

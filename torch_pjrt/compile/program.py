@@ -102,6 +102,8 @@ def node_supported(node: torch.fx.Node) -> bool:
     target = node.target
     if target in _PYTHON_OPS:
         return True
+    if target is _AUTO_FUNCTIONALIZED:
+        return _AutoFunctionalized.supports(node)
     if not isinstance(target, OpOverload):
         return False
     if "cpu" in _devices(node.meta.get("val")):
@@ -156,6 +158,73 @@ class _Call:
         return self.fn(**call)
 
 
+_AUTO_FUNCTIONALIZED = getattr(torch.ops.higher_order, "auto_functionalized_v2", None)
+
+
+class _AutoFunctionalized:
+    """``auto_functionalized_v2(op, **kwargs)``: how AOT autograd writes a call of a custom
+    op that mutates its arguments (a ``torch_pjrt.kernel`` with ``mutates_args``). Each
+    mutated argument is a base of ``_all_bases`` or a slice of one; the lowering's new
+    values are written back into the bases functionally, and the node's value is (the
+    op's results, the new bases), as PyTorch's dense implementation returns."""
+
+    __slots__ = ("call", "writes", "n_results", "random")
+
+    def __init__(self, op: OpOverload, lowering: Lowering):
+        self.call = _Call(op, lowering, True)
+        self.random = lowering.random
+        self.writes = lowering.writes
+        self.n_results = len(op._schema.returns)
+
+    @staticmethod
+    def supports(node: torch.fx.Node) -> bool:
+        op = node.args[0] if node.args else None
+        lowering = lookup(op) if isinstance(op, OpOverload) else None
+        if lowering is None or not lowering.writes:
+            return False
+        # views regenerated with as_strided: not lowered (slices and whole bases are)
+        return not any(k.endswith("_storage_offset") for k in node.kwargs)
+
+    def __call__(self, args, kwargs, key):
+        kwargs = dict(kwargs)
+        bases = list(kwargs.pop("_all_bases", []))
+        kwargs.pop("_only_clone_these_bases", None)
+        views = {}
+        for name in self.writes:
+            index = kwargs.pop(f"_{name}_base_index")
+            kwargs.pop(f"_{name}_alias", None)
+            if index is None:
+                kwargs[name] = None
+                continue
+            base = bases[index]
+            where = None
+            if f"_{name}_slice_dim" in kwargs:
+                dim = kwargs.pop(f"_{name}_slice_dim")
+                start = kwargs.pop(f"_{name}_slice_start")
+                end = min(kwargs.pop(f"_{name}_slice_end"), base.shape[dim])
+                where = (dim, start, end)
+                kwargs[name] = jax.lax.slice_in_dim(base, start, end, axis=dim)
+            else:
+                kwargs[name] = base
+            views[name] = (index, where)
+        out = self.call((), kwargs, key)
+        out = out if isinstance(out, tuple) else (out,)
+        n = len(out) - len(self.writes)
+        for name, value in zip(self.writes, out[n:]):
+            if name not in views or value is None:
+                continue
+            index, where = views[name]
+            if where is None:
+                bases[index] = value
+            else:
+                dim, start, _ = where
+                bases[index] = jax.lax.dynamic_update_slice_in_dim(bases[index], value, start, dim)
+        results = out[:n]
+        if self.n_results == 0:
+            results = (None,)
+        return (*results, *bases)
+
+
 class GraphProgram:
     """A callable running one FX graph as one XLA program on a pjrt device.
 
@@ -204,6 +273,9 @@ class GraphProgram:
                 continue
             if n.target is aten.copy_.default and n.args[0] in position:
                 self.mutated[position[n.args[0]]] = n.args[1]
+                continue
+            if n.target is _AUTO_FUNCTIONALIZED and _AutoFunctionalized.supports(n):
+                self.calls[n] = _AutoFunctionalized(n.args[0], lookup(n.args[0]))
                 continue
             if isinstance(n.target, OpOverload) and n.target is not aten.copy_.default:
                 lowering = graph_lookup(n.target)
