@@ -281,3 +281,26 @@ def test_a_replay_computed_from_a_failed_replay_raises_its_error():
         torch.pjrt.synchronize()
     with pytest.raises(IndexError, match="index 9 is out of bounds"):
         total.item()
+
+
+def test_following_stops_when_the_bad_values_are_gone():
+    """Once the values of a failed check (and those computed from them) are dropped, the
+    failed check is forgotten (program calls stop looking for it in their inputs)."""
+    import gc
+
+    from torch_pjrt.runtime import asserts
+
+    torch.pjrt.synchronize()
+    with torch_pjrt.mode("eager"):
+        before = set(asserts._failed)
+        y = torch.arange(5.0, device=DEV)[_t([7], DEV)]
+        z = y + 1
+        with pytest.raises(IndexError):
+            torch.pjrt.synchronize()
+        failed = set(asserts._failed) - before
+        assert len(failed) == 1 and asserts.watching()
+        with pytest.raises(IndexError):
+            z.cpu()
+        del y, z, failed
+        gc.collect()
+        assert set(asserts._failed) <= before

@@ -28,6 +28,7 @@ Example, in a lowering:
 from __future__ import annotations
 
 import threading
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -154,7 +155,7 @@ class _Expected:
     read, ``error`` is the exception its values raise (its own failed check's, or a
     parent's), else None."""
 
-    __slots__ = ("flags", "specs", "op", "line", "parents", "read", "error")
+    __slots__ = ("flags", "specs", "op", "line", "parents", "read", "error", "__weakref__")
 
     def __init__(self, flags, specs, op, line, parents):
         self.flags, self.specs, self.op, self.line = flags, specs, op, line
@@ -166,7 +167,9 @@ class _Expected:
 _MAX_EXPECTED = 4096  # checked programs held before their flags are read unasked
 _MAX_SOURCES = 64  # unread checks one value may come from before they are read unasked
 _expected: list[_Expected] = []
-_failed = False  # a check failed once: values computed from its values are followed on
+# failed checks some value still comes from: values computed from those are followed on
+# (a record goes when the last value that names it does)
+_failed = weakref.WeakSet()
 _read_soon = False  # a value comes from more than _MAX_SOURCES unread checks
 # NOTE: a value's checks live on the value itself: the records of the checks it was
 # computed from (an attribute of JAX's arrays and a slot of fused mode's pending
@@ -262,7 +265,7 @@ def verify(at_op: bool = False, ready_only: bool = False) -> None:
     program's flags started for the host when it was called (see :func:`expect`):
     reading them here costs about a microsecond each. ``ready_only``: only the checks of
     programs that ran (not those of a fused recording still recording)."""
-    global _failed, _read_soon
+    global _read_soon
     _read_soon = False
     if not _expected:
         return
@@ -287,7 +290,7 @@ def verify(at_op: bool = False, ready_only: bool = False) -> None:
         record.read, record.error = True, failed
         record.flags = record.parents = None
         if failed is not None:
-            _failed = True
+            _failed.add(record)
     if error is not None:
         raise error
 
@@ -321,7 +324,7 @@ def _error(record: _Expected, rows, at_op: bool) -> Exception:
 def watching() -> bool:
     """Whether values computed now may come from a check not read yet or failed (then
     clients call :func:`derive`, or :func:`origins` and :func:`follow`)."""
-    return bool(_expected) or _failed
+    return bool(_expected) or bool(_failed)
 
 
 def _live(sources) -> bool:
