@@ -369,6 +369,9 @@ class _Graph:
         that recording an op costs nothing more."""
         sources, bits = [], {}
 
+        def picked(m: int) -> list:  # the sources of mask m
+            return [o for i, o in enumerate(sources) if m >> i & 1]
+
         def mask(found: tuple) -> int:
             m = 0
             for origin in found:
@@ -391,7 +394,7 @@ class _Graph:
             own = outs[0]._torch_pjrt_checks if outs else None  # (a checked op's record,
             if own is not None:  # set on its results by asserts.expect)
                 if m:  # its inputs' checks are its parents: its values name it alone
-                    asserts.adopt(own, [o for i, o in enumerate(sources) if m >> i & 1])
+                    asserts.adopt(own, picked(m))
                 m = mask(own)
             masks.append(m)
         if not sources:
@@ -402,7 +405,7 @@ class _Graph:
             if m:
                 by_mask.setdefault(m, []).append(p)
         for m, values in by_mask.items():
-            asserts.follow(values, tuple([o for i, o in enumerate(sources) if m >> i & 1]))
+            asserts.follow(values, tuple(picked(m)))
 
     def _donatable(self, held: list) -> tuple:
         """Slots of the inputs whose buffers the program may reuse for its outputs: arrays
