@@ -31,6 +31,7 @@ from torch_pjrt.ops import (  # noqa: F401  (each module registers its lowerings
     recurrent,
     reduction,
     registry,
+    scatter,
     segments,
     shape,
     sorting,

@@ -169,3 +169,26 @@ def run_jitted(fn, t: torch.Tensor, **statics):
     """``fn`` on t's array, jitted once per static arguments; JAX arrays out."""
     with jax.enable_x64(True):
         return _jitted(fn, tuple(sorted(statics.items())))(read(t))
+
+
+# --- indices checked on the device (indexing, scatter) --------------------------------
+
+
+def add_at(self, where, values):
+    """``self.at[where].add(values)``; for bool, PyTorch's add is a logical or."""
+    if self.dtype != jnp.bool_:
+        return self.at[where].add(values)
+    return self.astype(jnp.int32).at[where].add(values.astype(jnp.int32)) != 0
+
+
+def check_index(index, size: int, message: str, error=IndexError, negative=True) -> None:
+    """Check on the device that ``index`` is in ``[-size, size)`` (``negative``) or
+    ``[0, size)``; else ``error(message)`` at the next host sync, ``{}`` in ``message``
+    being the first bad index."""
+    ok = (index < size) & (index >= (-size if negative else 0))
+    asserts.check(ok, error, message, asserts.first_bad(index, ok))
+
+
+def out_of_bounds(dim: int, size: int) -> str:
+    """CPU PyTorch's message for an index out of a dim's bounds (``{}``: the index)."""
+    return f"index {{}} is out of bounds for dimension {dim} with size {size}"

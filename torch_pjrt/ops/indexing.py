@@ -1,4 +1,5 @@
-"""Indexing lowerings: advanced indexing, gathers and scatters, masks, searches.
+"""Indexing lowerings: advanced indexing, masks, ``nonzero``, ``unique``, ``repeat_interleave``
+(gathers and scatters along a dim: ``scatter.py``).
 
 Boolean masks in ``index``/``index_put`` and the data-dependent ops (``nonzero``,
 ``masked_select``, ``unique``) need the number of selected elements to fix the result
@@ -6,19 +7,27 @@ shape, so they are raw kernels that read that count on the host (a counted host 
 and then run a static-shape lowering.
 
 Every index is checked on the device as CPU PyTorch checks it, with its exception type
-and message (:func:`_check_index`, ``runtime.asserts``): XLA would clamp it, or drop the
+and message (:func:`_helpers.check_index`, ``runtime.asserts``): XLA would clamp it, or drop the
 write, silently.
 """
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
 
 from torch_pjrt.device.tensor import wrap
-from torch_pjrt.ops._helpers import check, dtype_name, host_int, run_jitted, wrap_dim
+from torch_pjrt.ops._helpers import (
+    add_at,
+    check,
+    check_index,
+    dtype_name,
+    host_int,
+    out_of_bounds,
+    run_jitted,
+    wrap_dim,
+)
 from torch_pjrt.ops.registry import Kernel, Lowering, implements, lowers
 from torch_pjrt.ops.registry import lowers_in_graphs as in_graphs
 from torch_pjrt.ops.variants import _check_overlap, resize_output
@@ -96,25 +105,6 @@ def _expand_masks(self: torch.Tensor, indices) -> list:
     return out
 
 
-def _add_at(self, where, values):
-    """``self.at[where].add(values)``; for bool, PyTorch's add is a logical or."""
-    if self.dtype != jnp.bool_:
-        return self.at[where].add(values)
-    return self.astype(jnp.int32).at[where].add(values.astype(jnp.int32)) != 0
-
-
-def _check_index(index, size: int, message: str, error=IndexError, negative=True) -> None:
-    """Check on the device that ``index`` is in ``[-size, size)`` (``negative``) or
-    ``[0, size)``; else ``error(message)`` at the next host sync, ``{}`` in ``message``
-    being the first bad index."""
-    ok = (index < size) & (index >= (-size if negative else 0))
-    asserts.check(ok, error, message, asserts.first_bad(index, ok))
-
-
-def _bounds(dim: int, size: int) -> str:
-    return f"index {{}} is out of bounds for dimension {dim} with size {size}"
-
-
 def _index_tuple(indices) -> tuple:
     return tuple(slice(None) if i is None else i for i in indices)
 
@@ -126,7 +116,7 @@ def _check_indices(self, indices) -> None:
     for d, i in enumerate(indices):
         if i is not None:
             if i.dtype not in (jnp.bool_, jnp.uint8):
-                _check_index(i, self.shape[d], _bounds(k, self.shape[d]))
+                check_index(i, self.shape[d], out_of_bounds(k, self.shape[d]))
             k += 1
 
 
@@ -148,7 +138,7 @@ def _index_put_lowering(self, indices, values, accumulate=False, checked=True):
     if checked:
         _check_indices(self, indices)
     where = _index_tuple(indices)
-    return _add_at(self, where, values) if accumulate else self.at[where].set(values)
+    return add_at(self, where, values) if accumulate else self.at[where].set(values)
 
 
 _INDEX = Kernel(aten.index.Tensor, Lowering(_index_lowering))
@@ -296,232 +286,6 @@ def masked_scatter(self, mask, source):
     position = jnp.clip(jnp.cumsum(flat) - 1, 0, source.size - 1)
     values = source.reshape(-1)[position].reshape(shape).astype(self.dtype)
     return jnp.where(mask, values, self)
-
-
-# --- gathers and scatters along a dim ----------------------------------------------
-
-
-def _along(index, dim: int) -> tuple:
-    """The full index tuple of a scatter along ``dim``: iotas elsewhere."""
-    return tuple(
-        index if d == dim else jax.lax.broadcasted_iota(jnp.int64, index.shape, d)
-        for d in range(index.ndim)
-    )
-
-
-def _as_1d(x):
-    return x.reshape(1) if x.ndim == 0 else x
-
-
-@lowers(aten.gather.default)
-def gather(self, dim, index, sparse_grad=False):
-    shape = index.shape
-    if index.size == 0:
-        return jnp.zeros(shape, self.dtype)
-    self, index = _as_1d(self), _as_1d(index)
-    dim = wrap_dim(dim, self.ndim)
-    size = self.shape[dim]
-    _check_index(index, size, _bounds(dim, size), RuntimeError, negative=False)
-    src = self[tuple(slice(None) if d == dim else slice(0, n) for d, n in enumerate(index.shape))]
-    return jnp.take_along_axis(src, index, axis=dim).reshape(shape)
-
-
-def _identity(reduce: str, dtype):
-    if reduce in ("sum", "mean"):
-        return jnp.zeros((), dtype)
-    if reduce == "prod":
-        return jnp.ones((), dtype)
-    if jnp.issubdtype(dtype, jnp.floating):
-        return jnp.asarray(-jnp.inf if reduce == "amax" else jnp.inf, dtype)
-    info = jnp.iinfo(dtype) if dtype != jnp.bool_ else None
-    if info is None:
-        return jnp.asarray(reduce == "amin", dtype)
-    return jnp.asarray(info.min if reduce == "amax" else info.max, dtype)
-
-
-_AT = {"sum": "add", "mean": "add", "prod": "multiply", "amax": "max", "amin": "min"}
-
-
-def _reduce_into(self, where, src, reduce: str, include_self: bool = True):
-    """``self`` with ``src`` reduced into the positions ``where`` (duplicates reduce)."""
-    if self.dtype == jnp.bool_:
-        # sum and prod of bools are a logical or and and: reduce 0/1 integers instead
-        ints = _reduce_into(self.astype(jnp.int32), where, src, reduce, include_self)
-        return ints != 0
-    src = src.astype(self.dtype)
-    base = self
-    if not include_self:
-        touched = jnp.zeros(self.shape, bool).at[where].set(True)
-        base = jnp.where(touched, _identity(reduce, self.dtype), self)
-    out = getattr(base.at[where], _AT[reduce])(src)
-    if reduce != "mean":
-        return out
-    count = jnp.full(self.shape, 1 if include_self else 0, self.dtype)
-    count = count.at[where].add(jnp.ones(src.shape, self.dtype))
-    count = jnp.where(count == 0, jnp.ones((), self.dtype), count)
-    if jnp.issubdtype(self.dtype, jnp.inexact):
-        return out / count
-    return jnp.floor_divide(out, count)
-
-
-def _scatter_src(src, index):
-    return src[tuple(slice(0, n) for n in index.shape)]
-
-
-def _scatter_where(self, dim, index) -> tuple:
-    """The positions a scatter along ``dim`` writes, its index checked as ATen does."""
-    size = self.shape[dim]
-    _check_index(index, size, _bounds(dim, size), RuntimeError, negative=False)
-    return _along(index, dim)
-
-
-@lowers(aten.scatter)
-def scatter(self, dim, index, src=None, value=None, reduce=None):
-    if index.size == 0:
-        return self
-    shape = self.shape
-    self, index = _as_1d(self), _as_1d(index)
-    dim = wrap_dim(dim, self.ndim)
-    if src is None:
-        src = jnp.broadcast_to(jnp.asarray(value).astype(self.dtype), index.shape)
-    else:
-        src = _scatter_src(_as_1d(src), index)
-    where = _scatter_where(self, dim, index)
-    if reduce is None:
-        out = self.at[where].set(src.astype(self.dtype))
-    else:
-        out = _reduce_into(self, where, src, {"add": "sum", "multiply": "prod"}[reduce])
-    return out.reshape(shape)
-
-
-@lowers(aten.scatter_add.default)
-def scatter_add(self, dim, index, src):
-    if index.size == 0:
-        return self
-    shape = self.shape
-    self, index, src = _as_1d(self), _as_1d(index), _as_1d(src)
-    where = _scatter_where(self, wrap_dim(dim, self.ndim), index)
-    return _add_at(self, where, _scatter_src(src, index).astype(self.dtype)).reshape(shape)
-
-
-@lowers(aten.scatter_reduce.two)
-def scatter_reduce(self, dim, index, src, reduce, include_self=True):
-    if index.size == 0:
-        return self
-    shape = self.shape
-    self, index, src = _as_1d(self), _as_1d(index), _as_1d(src)
-    where = _scatter_where(self, wrap_dim(dim, self.ndim), index)
-    return _reduce_into(self, where, _scatter_src(src, index), reduce, include_self).reshape(shape)
-
-
-_OUT_OF_RANGE = "index out of range in self"  # (index_select, index_add, embedding: ATen's)
-
-
-def _at_dim(self, dim: int, index, message: str = _OUT_OF_RANGE, negative=False) -> tuple:
-    """The positions ``self[..., index, ...]`` along ``dim``, the index checked."""
-    dim = wrap_dim(dim, self.ndim)
-    _check_index(index, self.shape[dim], message, negative=negative)
-    return (slice(None),) * dim + (index.reshape(-1),)
-
-
-def _source_like(self, dim: int, index, source):
-    """``source`` shaped as the positions ``self[..., index, ...]`` it lands in."""
-    shape = list(self.shape)
-    shape[wrap_dim(dim, self.ndim)] = index.size
-    return source.reshape(shape).astype(self.dtype)
-
-
-@lowers(aten.index_select.default)
-def index_select(self, dim, index):
-    if self.ndim == 0:
-        _check_index(index, 1, _OUT_OF_RANGE, negative=False)
-        return self.reshape(1)[index.reshape(-1)].reshape(())
-    dim = wrap_dim(dim, self.ndim)
-    _check_index(index, self.shape[dim], _OUT_OF_RANGE, negative=False)
-    return jnp.take(self, index.reshape(-1), axis=dim)
-
-
-def _check_source_shape(self, dim: int, index, source) -> None:
-    """ATen's check of ``source`` in index_add and index_reduce (``index_func_meta_impl``),
-    which PyTorch's Meta kernels do not make: ``self``'s shape but along ``dim``. (When
-    the checks ATen makes before it fail, the lowering fails, and the Meta kernel words
-    them.)"""
-    dim = wrap_dim(dim, self.ndim)
-    if not (dim == 0 or dim < source.ndim):
-        return
-    if index.size != (1 if source.ndim == 0 else source.shape[dim]):
-        return
-    self_sizes, source_sizes = list(self.shape), list(source.shape)
-    if self.ndim and source.ndim:
-        del self_sizes[dim], source_sizes[dim]
-    check(
-        self_sizes == source_sizes,
-        lambda: (
-            "source tensor shape must match self tensor shape, excluding the specified "
-            f"dimension. Got self.shape = {list(self.shape)} source.shape = {list(source.shape)}"
-        ),
-    )
-
-
-@lowers(aten.index_add.default)
-def index_add(self, dim, index, source, alpha=1):
-    _check_source_shape(self, dim, index, source)
-    shape = self.shape
-    self = _as_1d(self)
-    source = _source_like(self, dim, index, source)
-    if not (isinstance(alpha, (int, float)) and alpha == 1):
-        source = source * jnp.asarray(alpha).astype(self.dtype)
-    return _add_at(self, _at_dim(self, dim, index), source).reshape(shape)
-
-
-@lowers(aten.index_copy.default)
-def index_copy(self, dim, index, source):
-    shape = self.shape
-    self = _as_1d(self)
-    source = _source_like(self, dim, index, source)
-    d = wrap_dim(dim, self.ndim)
-    message = "index_copy_(): " + _bounds(d, self.shape[d])
-    return self.at[_at_dim(self, dim, index, message)].set(source).reshape(shape)
-
-
-@lowers(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
-def index_fill(self, dim, index, value):
-    shape = self.shape
-    self = _as_1d(self)
-    value = jnp.asarray(value).astype(self.dtype)
-    d = wrap_dim(dim, self.ndim)
-    where = _at_dim(self, dim, index, _bounds(d, self.shape[d]), negative=True)
-    return self.at[where].set(value).reshape(shape)
-
-
-@lowers(aten.index_reduce.default)
-def index_reduce(self, dim, index, source, reduce, include_self=True):
-    _check_source_shape(self, dim, index, source)
-    shape = self.shape
-    self = _as_1d(self)
-    source = _source_like(self, dim, index, source)
-    return _reduce_into(self, _at_dim(self, dim, index), source, reduce, include_self).reshape(
-        shape
-    )
-
-
-@lowers(aten.put.default)
-def put(self, index, source, accumulate=False):
-    flat = self.reshape(-1)
-    index, source = index.reshape(-1), source.reshape(-1).astype(self.dtype)
-    _check_index(index, flat.size, _take_range(flat.size))
-    flat = _add_at(flat, index, source) if accumulate else flat.at[index].set(source)
-    return flat.reshape(self.shape)
-
-
-@lowers(aten.take.default)
-def take(self, index):
-    _check_index(index, self.size, _take_range(self.size))
-    return self.reshape(-1)[index]
-
-
-def _take_range(n: int) -> str:
-    return f"out of range: tried to access index {{}} on a tensor of {n} elements."
 
 
 # --- unique: the number of distinct values is read on the host --------------------------
