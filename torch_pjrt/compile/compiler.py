@@ -10,7 +10,8 @@ import torch
 import torch.fx
 from torch._ops import OpOverload
 
-from torch_pjrt.compile.program import GraphProgram, node_supported
+from torch_pjrt.compile.nodes import node_supported
+from torch_pjrt.compile.program import GraphProgram
 from torch_pjrt.compile.program import _spmd_collectives as _collectives
 from torch_pjrt.config import settings
 from torch_pjrt.ops.registry import graph_lookup

@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import collections
 import itertools
-import math
-import operator
-import re
 
 import jax
 import jax.numpy as jnp
@@ -22,7 +19,15 @@ import torch.fx
 from torch._ops import OpOverload
 
 from torch_pjrt import runtime
-from torch_pjrt.compile import buckets, padding_rules
+from torch_pjrt.compile import buckets
+from torch_pjrt.compile.nodes import (
+    AUTO_FUNCTIONALIZED,
+    AutoFunctionalized,
+    Call,
+    Unsupported,
+    source_line,
+)
+from torch_pjrt.compile.padded import PaddedProgram
 from torch_pjrt.device import random as pjrt_random
 from torch_pjrt.device.tensor import (
     argument,
@@ -35,7 +40,7 @@ from torch_pjrt.device.tensor import (
     write,
 )
 from torch_pjrt.modes import fused
-from torch_pjrt.ops.registry import Lowering, LoweringMissing, Signature, graph_lookup, lookup
+from torch_pjrt.ops.registry import LoweringMissing, graph_lookup, lookup
 from torch_pjrt.runtime import asserts, executor
 from torch_pjrt.runtime import events as metrics
 
@@ -46,183 +51,9 @@ try:  # functional collectives in graphs (registers their graph lowerings)
 except ImportError:  # (a PyTorch built without torch.distributed)
     _spmd_collectives = None
 
-__all__ = ["GraphProgram", "Unsupported", "node_supported"]
+__all__ = ["GraphProgram"]
 
 _ids = itertools.count()
-
-
-class Unsupported(Exception):
-    """A node the registry cannot put into a traced program."""
-
-
-# Python functions Dynamo leaves in graphs for size arithmetic (SymInts are static
-# Python ints inside a program)
-_PYTHON_OPS = {
-    operator.add,
-    operator.sub,
-    operator.mul,
-    operator.floordiv,
-    operator.truediv,
-    operator.mod,
-    operator.neg,
-    operator.pow,
-    operator.eq,
-    operator.ne,
-    operator.lt,
-    operator.le,
-    operator.gt,
-    operator.ge,
-    operator.getitem,
-    math.ceil,
-    math.floor,
-    math.sqrt,
-    torch.sym_float,
-    torch.sym_int,
-    torch.sym_max,
-    torch.sym_min,
-    torch.sym_not,
-}
-
-
-def _is_mask(node) -> bool:
-    val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-    return isinstance(val, torch.Tensor) and val.dtype in (torch.bool, torch.uint8)
-
-
-def _devices(value) -> set:
-    found = set()
-    for v in value if isinstance(value, (list, tuple)) else (value,):
-        if isinstance(v, torch.Tensor):
-            found.add(v.device.type)
-    return found
-
-
-def node_supported(node: torch.fx.Node) -> bool:
-    """Whether a call_function node can run inside a traced program."""
-    target = node.target
-    if target in _PYTHON_OPS:
-        return True
-    if target is _AUTO_FUNCTIONALIZED:
-        return _AutoFunctionalized.supports(node)
-    if not isinstance(target, OpOverload):
-        return False
-    if "cpu" in _devices(node.meta.get("val")):
-        return False  # host computations (a non-capturable optimizer's step count)
-    if target is aten.copy_.default:
-        return True
-    lowering = graph_lookup(target)
-    if lowering is None or lowering.writes:
-        return False
-    if target in (aten.index.Tensor, aten._unsafe_index.Tensor, aten.index_put.default):
-        # boolean masks select a data-dependent number of elements
-        indices = node.args[1] if len(node.args) > 1 else node.kwargs.get("indices", ())
-        return not any(_is_mask(i) for i in indices)
-    return True
-
-
-def _source_line(node: torch.fx.Node) -> str | None:
-    """The user's line a node of a Dynamo graph comes from ('file:line'), if known."""
-    found = re.findall(r'File "([^"]+)", line (\d+)', node.meta.get("stack_trace") or "")
-    return f"{found[-1][0]}:{found[-1][1]}" if found else None
-
-
-def _scalar(v):
-    """A Scalar argument as eager kernels see it: a weakly typed JAX scalar."""
-    if isinstance(v, (bool, int, float, complex)):
-        return jnp.asarray(v)
-    if isinstance(v, (list, tuple)):
-        return type(v)(_scalar(x) for x in v)
-    return v
-
-
-class _Call:
-    """How one node's lowering is called: argument names and kinds from the schema."""
-
-    __slots__ = ("fn", "sig", "scalars", "random", "n_outputs")
-
-    def __init__(self, op: OpOverload, lowering: Lowering, in_table: bool):
-        self.fn = lowering.fn
-        self.sig = Signature(op, lowering.static)
-        # eager kernels pass Scalar arguments as weak JAX scalars; graph-only lowerings
-        # (allocation, arange) need them as Python numbers
-        self.scalars = self.sig.scalars if in_table else []
-        self.random = lowering.random
-
-    def __call__(self, args, kwargs, key):
-        vals = self.sig.values(args, kwargs)
-        for i in self.scalars:
-            vals[i] = _scalar(vals[i])
-        call = dict(zip(self.sig.names, vals))
-        if self.random:
-            call["key"] = key
-        return self.fn(**call)
-
-
-_AUTO_FUNCTIONALIZED = getattr(torch.ops.higher_order, "auto_functionalized_v2", None)
-
-
-class _AutoFunctionalized:
-    """``auto_functionalized_v2(op, **kwargs)``: how AOT autograd writes a call of a custom
-    op that mutates its arguments (a ``torch_pjrt.kernel`` with ``mutates_args``). Each
-    mutated argument is a base of ``_all_bases`` or a slice of one; the lowering's new
-    values are written back into the bases functionally, and the node's value is (the
-    op's results, the new bases), as PyTorch's dense implementation returns."""
-
-    __slots__ = ("call", "writes", "n_results", "random")
-
-    def __init__(self, op: OpOverload, lowering: Lowering):
-        self.call = _Call(op, lowering, True)
-        self.random = lowering.random
-        self.writes = lowering.writes
-        self.n_results = len(op._schema.returns)
-
-    @staticmethod
-    def supports(node: torch.fx.Node) -> bool:
-        op = node.args[0] if node.args else None
-        lowering = lookup(op) if isinstance(op, OpOverload) else None
-        if lowering is None or not lowering.writes:
-            return False
-        # views regenerated with as_strided: not lowered (slices and whole bases are)
-        return not any(k.endswith("_storage_offset") for k in node.kwargs)
-
-    def __call__(self, args, kwargs, key):
-        kwargs = dict(kwargs)
-        bases = list(kwargs.pop("_all_bases", []))
-        kwargs.pop("_only_clone_these_bases", None)
-        views = {}
-        for name in self.writes:
-            index = kwargs.pop(f"_{name}_base_index")
-            kwargs.pop(f"_{name}_alias", None)
-            if index is None:
-                kwargs[name] = None
-                continue
-            base = bases[index]
-            where = None
-            if f"_{name}_slice_dim" in kwargs:
-                dim = kwargs.pop(f"_{name}_slice_dim")
-                start = kwargs.pop(f"_{name}_slice_start")
-                end = min(kwargs.pop(f"_{name}_slice_end"), base.shape[dim])
-                where = (dim, start, end)
-                kwargs[name] = jax.lax.slice_in_dim(base, start, end, axis=dim)
-            else:
-                kwargs[name] = base
-            views[name] = (index, where)
-        out = self.call((), kwargs, key)
-        out = out if isinstance(out, tuple) else (out,)
-        n = len(out) - len(self.writes)
-        for name, value in zip(self.writes, out[n:]):
-            if name not in views or value is None:
-                continue
-            index, where = views[name]
-            if where is None:
-                bases[index] = value
-            else:
-                dim, start, _ = where
-                bases[index] = jax.lax.dynamic_update_slice_in_dim(bases[index], value, start, dim)
-        results = out[:n]
-        if self.n_results == 0:
-            results = (None,)
-        return (*results, *bases)
 
 
 class GraphProgram:
@@ -266,7 +97,7 @@ class GraphProgram:
         position = {n: i for i, n in enumerate(self.inputs)}
         # functionalized in-place updates of inputs: copy_(input, new value)
         self.mutated: dict[int, torch.fx.Node] = {}
-        self.calls: dict[torch.fx.Node, _Call] = {}
+        self.calls: dict[torch.fx.Node, Call] = {}
         self.random_nodes = 0
         for n in self.body:
             if n.op != "call_function":
@@ -274,14 +105,14 @@ class GraphProgram:
             if n.target is aten.copy_.default and n.args[0] in position:
                 self.mutated[position[n.args[0]]] = n.args[1]
                 continue
-            if n.target is _AUTO_FUNCTIONALIZED and _AutoFunctionalized.supports(n):
-                self.calls[n] = _AutoFunctionalized(n.args[0], lookup(n.args[0]))
+            if n.target is AUTO_FUNCTIONALIZED and AutoFunctionalized.supports(n):
+                self.calls[n] = AutoFunctionalized(n.args[0], lookup(n.args[0]))
                 continue
             if isinstance(n.target, OpOverload) and n.target is not aten.copy_.default:
                 lowering = graph_lookup(n.target)
                 if lowering is None:
                     raise Unsupported(f"{n.target} has no pjrt lowering")
-                self.calls[n] = _Call(n.target, lowering, lookup(n.target) is not None)
+                self.calls[n] = Call(n.target, lowering, lookup(n.target) is not None)
                 self.random_nodes += lowering.random
         self.mutated_positions = tuple(sorted(self.mutated))
         # functional collectives of one pjrt group: the program runs SPMD over the group
@@ -297,14 +128,12 @@ class GraphProgram:
         self.program = executor.Program(
             "graph", self.name, self._build, _describe, kind=kind, placed=_placed
         )
-        self.padded_program = executor.Program(
-            "graph", self.name, self._build_padded, _describe_padded, kind=kind
-        )
         self._static_outputs: dict = {}
         self.declined = None  # a lowering declined this graph's arguments: it runs eagerly
         self.dumper = None  # set by the backend: has .active and .write(program, lowered)
         # padding symbolic sizes to buckets, if any (not for SPMD graphs)
         self.plan = buckets.plan(self) if self.group_name is None else None
+        self.padded = None if self.plan is None else PaddedProgram(self, self.plan)
         # outputs the user sees keep the strides and offset PyTorch gives them: AOT
         # autograd rebuilds outputs that alias an input from exactly these
         user = len(self.outputs) if self.kind != "backward" else 0
@@ -349,7 +178,7 @@ class GraphProgram:
             if call is None:  # size arithmetic on static Python ints
                 env[n] = target(*args, **kwargs)
                 continue
-            before = asserts.label((target, _source_line(n)))  # (what a check names)
+            before = asserts.label((target, source_line(n)))  # (what a check names)
             try:
                 env[n] = call(args, kwargs, next_key() if call.random else None)
             finally:
@@ -364,73 +193,6 @@ class GraphProgram:
                 outs.append(None)
         new_values = [env[self.mutated[p]] for p in self.mutated_positions]
         return outs, new_values
-
-    def _evaluate_padded(self, values, lengths, rng, record, input_factors):
-        """Like _evaluate, on values padded to buckets, tracking padding (buckets.py)."""
-        env: dict = dict(zip(self.inputs, values))
-        trace = padding_rules.PaddedTrace(self, lengths)
-        for i, dims in self.plan.tensor_dims.items():
-            factors = list(buckets._untagged(values[i].shape))
-            for d, name in dims:
-                factors[d] = ((values[i].shape[d], name),)
-            trace.fac[self.inputs[i]] = tuple(factors)
-        for i, factors in input_factors:  # saved activations that arrive padded
-            trace.fac[self.inputs[i]] = factors
-        next_key = self._keys(rng)
-
-        def raw(a):
-            return env[a] if isinstance(a, torch.fx.Node) else a
-
-        def load(a):
-            v = env[a] if isinstance(a, torch.fx.Node) else a
-            return v.padded if isinstance(v, buckets.Sym) else v
-
-        for n in self.body:
-            if n.op == "get_attr":
-                env[n] = self._constant(n)
-                continue
-            raw_args = torch.fx.node.map_aggregate(n.args, raw)
-            call = self.calls.get(n)
-            if n.target is operator.getitem:  # an output of a multi-output op
-                src, i = n.args
-                env[n] = env[src][i]
-                facs = trace.fac.get(src)
-                if facs is not None and facs[i] is not None:
-                    trace.fac[n] = facs[i]
-                continue
-            if call is None:  # size arithmetic
-                flat = list(padding_rules._flat(raw_args))
-                if any(isinstance(a, buckets.Sym) for a in flat):
-                    env[n] = padding_rules.sym_op(n.target, raw_args)
-                else:
-                    env[n] = n.target(*raw_args, **torch.fx.node.map_aggregate(n.kwargs, raw))
-                continue
-            args = torch.fx.node.map_aggregate(n.args, load)
-            kwargs = torch.fx.node.map_aggregate(n.kwargs, load)
-            if n.target is aten.sym_size.int:
-                f = trace.f(n.args[0], args[0])
-                d = padding_rules._wrap(args[1], len(f))
-                env[n] = buckets.Sym(args[0].shape[d], buckets._true_count(f, [d], lengths), f[d])
-                continue
-            key = next_key() if call.random else None
-            env[n], trace.fac[n] = trace.run_node(n, call, args, kwargs, raw_args, key)
-        outs = []
-        for i, o in enumerate(self.outputs):
-            v = env[o] if isinstance(o, torch.fx.Node) else o
-            if isinstance(v, jax.Array):
-                record[i] = trace.f(o, v)
-                outs.append(v)
-            elif isinstance(v, buckets.Sym):
-                if v.factors is None:
-                    raise buckets.NotBucketable("a computed size is an output")
-                record[i] = ("size", v.factors)
-                outs.append(None)
-            elif v is not None:
-                raise buckets.NotBucketable("a value is an output")
-            else:
-                record[i] = None
-                outs.append(None)
-        return outs
 
     def _constant(self, node):
         value = self.constants[node]
@@ -530,7 +292,7 @@ class GraphProgram:
     def _call(self, args):
         if self.plan is not None and self.plan.active:
             try:
-                return self._call_padded(args)
+                return self.padded(args)
             except buckets.NotBucketable as exc:
                 self.plan.active = False
                 metrics.tally("graph_bucket_fallbacks", f"{self.name}: {exc}")
@@ -655,86 +417,6 @@ class GraphProgram:
                         values[size.node.expr] = n
         return values
 
-    def _call_padded(self, args):
-        """Run on inputs padded to buckets; outputs are views with the true sizes."""
-        plan = self.plan
-        true = {name: int(args[i]) for i, name in plan.symbols.items()}
-        padded = {name: buckets.bucket(v) for name, v in true.items()}
-        derived_true = [int(args[i]) for i in sorted(plan.derived)]
-        args = list(args)
-        for i, name in plan.symbols.items():
-            args[i] = padded[name]
-        for i in plan.derived:
-            args[i] = plan.padded_value(i, padded)
-        _, arrays, statics, index, kinds, _ = self.arguments(args)
-        positions = [i for i, k in enumerate(kinds) if k == "a"]
-        input_factors = []
-        for j, i in enumerate(positions):
-            arrived = buckets.padded_of(args[i])
-            if arrived is not None:  # a saved activation, still padded
-                if arrived.true != true:
-                    raise buckets.NotBucketable("an input padded for other sizes")
-                arrays[j] = arrived.array
-                input_factors.append((i, arrived.factors))
-            elif i in plan.merged:
-                raise buckets.NotBucketable("an input with a merged dynamic size")
-            elif i in plan.tensor_dims:
-                arrays[j] = buckets.pad_input(arrays[j], plan.tensor_dims[i], padded)
-        input_factors = tuple(input_factors)
-        avals = tuple([a.aval for a in arrays])
-        precision = torch.get_float32_matmul_precision()
-        key = ("padded", statics, kinds, avals, input_factors, precision)
-        program = self.padded_program
-        rng = pjrt_random.next_key_parts(index) if self.random_nodes else (0, 0)
-        lengths = jnp.asarray([true[name] for name in plan.names] + derived_true, jnp.int32)
-        metrics.count("graph_executions")
-        if key not in program.cache and self.dumper is not None and self.dumper.active:
-            self.dumper.write(self, program.lower(key, arrays, lengths, rng))
-        outs = program(key, arrays, lengths, rng)
-        record = self._static_outputs[key]
-        results = []
-        n_user = len(outs) if self.n_user_outputs is None else self.n_user_outputs
-        for i, a in enumerate(outs):
-            info = record[i]
-            if a is None:
-                results.append(
-                    None if info is None else math.prod(buckets.true_shape((info[1],), true))
-                )
-            elif i < n_user:
-                results.append(buckets.true_view(a, info, true, index))
-            else:  # saved for the backward: stays padded (a view of it if that can be)
-                results.append(buckets.saved(a, info, true, index))
-        return results
-
-    def _build_padded(self, key):
-        statics, kinds, input_factors = key[1], key[2], key[4]
-        plan = self.plan
-        record: dict = {}
-        names = plan.names
-
-        derived = {i: len(names) + k for k, i in enumerate(sorted(plan.derived))}
-
-        def run(arrays, lengths_vec, rng):
-            metrics.count("compile_traces")
-            lengths = {name: lengths_vec[k] for k, name in enumerate(names)}
-            values, it_arrays, it_statics = [], iter(arrays), iter(statics)
-            for i, kind in enumerate(kinds):
-                if kind == "a":
-                    values.append(next(it_arrays))
-                    continue
-                value = next(it_statics)
-                name = plan.symbols.get(i)
-                if name is not None:
-                    value = buckets.Sym(value, lengths[name], ((value, name),))
-                elif i in derived:
-                    value = buckets.Sym(value, lengths_vec[derived[i]], None)
-                values.append(value)
-            return self._evaluate_padded(values, lengths, rng, record, input_factors)
-
-        run.__name__ = run.__qualname__ = self.name
-        self._static_outputs[key] = record
-        return run, False
-
 
 def _expr(x):
     """An int, or the sympy expression of a symbolic size (read without adding a guard)."""
@@ -803,19 +485,6 @@ def _describe(key, traced) -> list:
         ("static arguments", statics),
         *((f"donated input {i}", a) for i, a in enumerate(donated)),
         *((f"input {i}", a) for i, a in enumerate(arrays)),
-    ]
-
-
-def _describe_padded(key, traced) -> list:
-    """What a padded graph program was compiled for: the bucket sizes show in its
-    inputs' shapes."""
-    _, statics, kinds, avals, input_factors, precision = key
-    return [
-        ("float32 matmul precision", precision),
-        ("argument kinds", kinds),
-        ("static arguments", statics),
-        ("padding of saved activations", input_factors),
-        *((f"input {i}", a) for i, a in enumerate(avals)),
     ]
 
 

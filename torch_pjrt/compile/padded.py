@@ -1,0 +1,202 @@
+"""A compiled graph with symbolic sizes, run on inputs padded to buckets.
+
+A graph whose sizes Dynamo made symbolic is compiled once per bucket of sizes rather
+than once per size (``buckets.py`` has the plan, ``padding_rules.py`` how each op
+treats the padding). :class:`PaddedProgram` is the graph's second program: it pads the
+inputs, passes the true sizes in as one array, and returns views with the true sizes
+(the activations a training forward saves for the backward stay padded).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import jax
+import jax.numpy as jnp
+import torch
+import torch.fx
+
+from torch_pjrt.compile import buckets, padding_rules
+from torch_pjrt.device import random as pjrt_random
+from torch_pjrt.runtime import events as metrics
+from torch_pjrt.runtime import executor
+
+aten = torch.ops.aten
+
+__all__ = ["PaddedProgram"]
+
+
+class PaddedProgram:
+    """The padded program of one :class:`~torch_pjrt.compile.program.GraphProgram`
+    (whose :meth:`arguments`, nodes and constants it uses): one XLA program per bucket
+    of sizes, counted in the ``graph`` scope under the graph's name."""
+
+    def __init__(self, graph, plan):
+        self.graph = graph
+        self.plan = plan
+        self.program = executor.Program(
+            "graph", graph.name, self._build, _describe, kind=graph.kind
+        )
+        self.records: dict = {}  # key -> the static outputs its trace recorded
+
+    def _evaluate(self, values, lengths, rng, record, input_factors):
+        """Like ``GraphProgram._evaluate``, on values padded to buckets, tracking the
+        padding (``padding_rules.PaddedTrace``)."""
+        env: dict = dict(zip(self.graph.inputs, values))
+        trace = padding_rules.PaddedTrace(self.graph, lengths)
+        for i, dims in self.plan.tensor_dims.items():
+            factors = list(buckets._untagged(values[i].shape))
+            for d, name in dims:
+                factors[d] = ((values[i].shape[d], name),)
+            trace.fac[self.graph.inputs[i]] = tuple(factors)
+        for i, factors in input_factors:  # saved activations that arrive padded
+            trace.fac[self.graph.inputs[i]] = factors
+        next_key = self.graph._keys(rng)
+
+        def raw(a):
+            return env[a] if isinstance(a, torch.fx.Node) else a
+
+        def load(a):
+            v = env[a] if isinstance(a, torch.fx.Node) else a
+            return v.padded if isinstance(v, buckets.Sym) else v
+
+        for n in self.graph.body:
+            if n.op == "get_attr":
+                env[n] = self.graph._constant(n)
+                continue
+            raw_args = torch.fx.node.map_aggregate(n.args, raw)
+            call = self.graph.calls.get(n)
+            if n.target is operator.getitem:  # an output of a multi-output op
+                src, i = n.args
+                env[n] = env[src][i]
+                facs = trace.fac.get(src)
+                if facs is not None and facs[i] is not None:
+                    trace.fac[n] = facs[i]
+                continue
+            if call is None:  # size arithmetic
+                flat = list(padding_rules._flat(raw_args))
+                if any(isinstance(a, buckets.Sym) for a in flat):
+                    env[n] = padding_rules.sym_op(n.target, raw_args)
+                else:
+                    env[n] = n.target(*raw_args, **torch.fx.node.map_aggregate(n.kwargs, raw))
+                continue
+            args = torch.fx.node.map_aggregate(n.args, load)
+            kwargs = torch.fx.node.map_aggregate(n.kwargs, load)
+            if n.target is aten.sym_size.int:
+                f = trace.f(n.args[0], args[0])
+                d = padding_rules._wrap(args[1], len(f))
+                env[n] = buckets.Sym(args[0].shape[d], buckets._true_count(f, [d], lengths), f[d])
+                continue
+            key = next_key() if call.random else None
+            env[n], trace.fac[n] = trace.run_node(n, call, args, kwargs, raw_args, key)
+        outs = []
+        for i, o in enumerate(self.graph.outputs):
+            v = env[o] if isinstance(o, torch.fx.Node) else o
+            if isinstance(v, jax.Array):
+                record[i] = trace.f(o, v)
+                outs.append(v)
+            elif isinstance(v, buckets.Sym):
+                if v.factors is None:
+                    raise buckets.NotBucketable("a computed size is an output")
+                record[i] = ("size", v.factors)
+                outs.append(None)
+            elif v is not None:
+                raise buckets.NotBucketable("a value is an output")
+            else:
+                record[i] = None
+                outs.append(None)
+        return outs
+
+    def __call__(self, args):
+        """Run on inputs padded to buckets; outputs are views with the true sizes."""
+        plan = self.plan
+        true = {name: int(args[i]) for i, name in plan.symbols.items()}
+        padded = {name: buckets.bucket(v) for name, v in true.items()}
+        derived_true = [int(args[i]) for i in sorted(plan.derived)]
+        args = list(args)
+        for i, name in plan.symbols.items():
+            args[i] = padded[name]
+        for i in plan.derived:
+            args[i] = plan.padded_value(i, padded)
+        _, arrays, statics, index, kinds, _ = self.graph.arguments(args)
+        positions = [i for i, k in enumerate(kinds) if k == "a"]
+        input_factors = []
+        for j, i in enumerate(positions):
+            arrived = buckets.padded_of(args[i])
+            if arrived is not None:  # a saved activation, still padded
+                if arrived.true != true:
+                    raise buckets.NotBucketable("an input padded for other sizes")
+                arrays[j] = arrived.array
+                input_factors.append((i, arrived.factors))
+            elif i in plan.merged:
+                raise buckets.NotBucketable("an input with a merged dynamic size")
+            elif i in plan.tensor_dims:
+                arrays[j] = buckets.pad_input(arrays[j], plan.tensor_dims[i], padded)
+        input_factors = tuple(input_factors)
+        avals = tuple([a.aval for a in arrays])
+        precision = torch.get_float32_matmul_precision()
+        key = ("padded", statics, kinds, avals, input_factors, precision)
+        program = self.program
+        rng = pjrt_random.next_key_parts(index) if self.graph.random_nodes else (0, 0)
+        lengths = jnp.asarray([true[name] for name in plan.names] + derived_true, jnp.int32)
+        metrics.count("graph_executions")
+        if key not in program.cache and self.graph.dumper is not None and self.graph.dumper.active:
+            self.graph.dumper.write(self.graph, program.lower(key, arrays, lengths, rng))
+        outs = program(key, arrays, lengths, rng)
+        record = self.records[key]
+        results = []
+        n_user = len(outs) if self.graph.n_user_outputs is None else self.graph.n_user_outputs
+        for i, a in enumerate(outs):
+            info = record[i]
+            if a is None:
+                results.append(
+                    None if info is None else math.prod(buckets.true_shape((info[1],), true))
+                )
+            elif i < n_user:
+                results.append(buckets.true_view(a, info, true, index))
+            else:  # saved for the backward: stays padded (a view of it if that can be)
+                results.append(buckets.saved(a, info, true, index))
+        return results
+
+    def _build(self, key):
+        statics, kinds, input_factors = key[1], key[2], key[4]
+        plan = self.plan
+        record: dict = {}
+        names = plan.names
+
+        derived = {i: len(names) + k for k, i in enumerate(sorted(plan.derived))}
+
+        def run(arrays, lengths_vec, rng):
+            metrics.count("compile_traces")
+            lengths = {name: lengths_vec[k] for k, name in enumerate(names)}
+            values, it_arrays, it_statics = [], iter(arrays), iter(statics)
+            for i, kind in enumerate(kinds):
+                if kind == "a":
+                    values.append(next(it_arrays))
+                    continue
+                value = next(it_statics)
+                name = plan.symbols.get(i)
+                if name is not None:
+                    value = buckets.Sym(value, lengths[name], ((value, name),))
+                elif i in derived:
+                    value = buckets.Sym(value, lengths_vec[derived[i]], None)
+                values.append(value)
+            return self._evaluate(values, lengths, rng, record, input_factors)
+
+        run.__name__ = run.__qualname__ = self.graph.name
+        self.records[key] = record
+        return run, False
+
+
+def _describe(key, traced) -> list:
+    """What a padded graph program was compiled for: the bucket sizes show in its
+    inputs' shapes."""
+    _, statics, kinds, avals, input_factors, precision = key
+    return [
+        ("float32 matmul precision", precision),
+        ("argument kinds", kinds),
+        ("static arguments", statics),
+        ("padding of saved activations", input_factors),
+        *((f"input {i}", a) for i, a in enumerate(avals)),
+    ]
