@@ -29,6 +29,7 @@ from torch_pjrt.compile.nodes import (
 )
 from torch_pjrt.compile.padded import PaddedProgram
 from torch_pjrt.device import random as pjrt_random
+from torch_pjrt.device.binding import device_of, same_device_error, static
 from torch_pjrt.device.tensor import (
     argument,
     cell_of,
@@ -231,22 +232,19 @@ class GraphProgram:
     def arguments(self, args):
         """(donated arrays, other arrays, statics, device index, kinds, cells) of a call;
         cells maps a donated argument's position to its storage cell."""
-        index = _device_of(args)
+        index = device_of(args)
         values, candidates = [], {}
         mutated = self.mutated
         for i, a in enumerate(args):
             if not isinstance(a, torch.Tensor):
-                values.append(_static(a))
+                values.append(static(a))
                 continue
             if a.is_cpu:
                 metrics.count("transfers_to_device")
                 values.append(runtime.from_host(a.detach(), runtime.device(index)))
                 continue
             if a.get_device() != index:  # (not CPU: a pjrt tensor, as Dynamo traced it)
-                raise RuntimeError(
-                    "Expected all tensors to be on the same device, but found at "
-                    f"least two devices, pjrt:{index} and {a.device}!"
-                )
+                raise same_device_error(f"pjrt:{index}", a.device)
             value = whole(a)
             if value is None:
                 value = argument(a)
@@ -364,7 +362,7 @@ class GraphProgram:
         """The graph as one op of a graph capture (``modes/capture.py``): its program is
         recorded with the capture's pending values as arguments, its outputs are pending
         values, and the inputs it mutates are written (recorded too)."""
-        index = _device_of(args)
+        index = device_of(args)
         why = None
         if self.declined is not None:
             why = f"a lowering declines its arguments ({self.declined.reason or self.declined})"
@@ -377,7 +375,7 @@ class GraphProgram:
         arrays, statics, kinds = [], [], []
         for a in args:
             if not isinstance(a, torch.Tensor):
-                statics.append(_static(a))
+                statics.append(static(a))
                 kinds.append("s")
                 continue
             if a.is_cpu:
@@ -486,19 +484,3 @@ def _describe(key, traced) -> list:
         *((f"donated input {i}", a) for i, a in enumerate(donated)),
         *((f"input {i}", a) for i, a in enumerate(arrays)),
     ]
-
-
-def _device_of(args) -> int:
-    """The device a call runs on: its first device tensor's, else the current one."""
-    for a in args:
-        if isinstance(a, torch.Tensor) and not a.is_cpu:
-            return a.get_device()
-    return pjrt_random.current_device()
-
-
-def _static(a):
-    if isinstance(a, torch.SymInt):
-        return int(a)
-    if isinstance(a, list):
-        return tuple(_static(x) for x in a)
-    return a

@@ -21,10 +21,11 @@ import jax
 import torch
 from torch._ops import OpOverload, OpOverloadPacket
 
-from torch_pjrt import runtime
 from torch_pjrt.config import op_path, settings
+from torch_pjrt.device import binding
 from torch_pjrt.device import random as pjrt_random
-from torch_pjrt.device.tensor import argument, read_on_device, wrap, write
+from torch_pjrt.device.binding import array_of, device_scalar
+from torch_pjrt.device.tensor import read_on_device, wrap, write
 from torch_pjrt.modes import fused
 from torch_pjrt.ops import checks, fallback
 from torch_pjrt.ops.fallback import LoweringMissing, declined
@@ -200,13 +201,6 @@ def _py_name(name: str) -> str:
     return name + "_" if keyword.iskeyword(name) else name
 
 
-def _same_device_error(a, b) -> RuntimeError:
-    return RuntimeError(
-        "Expected all tensors to be on the same device, but found at least two devices, "
-        f"{a} and {b}!"
-    )
-
-
 class Signature:
     """How one overload's arguments split into arrays, dynamic scalars and statics."""
 
@@ -249,45 +243,6 @@ def _device_index(vals, sig: Signature) -> int:
     return pjrt_random.current_device()
 
 
-def _array_of(t, index: int, lazy: bool = False):
-    if t is None or isinstance(t, (bool, int, float, complex)):
-        return t  # a wrapped number: JAX traces it as a weakly typed scalar
-    device = t.device
-    if device.type == "pjrt":
-        if (device.index or 0) != index:
-            raise _same_device_error(f"pjrt:{index}", device)
-        return argument(t, lazy)
-    if t.dim() == 0:  # a CPU scalar tensor may meet device tensors, as with CUDA
-        return runtime.from_host(t, runtime.device(index))
-    raise _same_device_error(f"pjrt:{index}", device)
-
-
-_SCALAR_ARRAYS: dict = {}
-
-
-def _device_scalar(v):
-    """A Python number as the weakly typed JAX scalar that jit makes of it, made once:
-    a jitted call converts Python numbers on every call (about 1.5 us each), arrays it
-    takes as they are. Numbers that compare equal but differ (-0.0 and 0.0, NaN) are
-    passed through unconverted."""
-    cls = v.__class__
-    if cls is not int and cls is not float and cls is not bool and cls is not complex:
-        return v
-    key = (cls, v)
-    found = _SCALAR_ARRAYS.get(key)
-    if found is None:
-        if v != v or (not v and (cls is float or cls is complex)):
-            return v
-        if len(_SCALAR_ARRAYS) >= 4096:
-            _SCALAR_ARRAYS.clear()
-        try:
-            with jax.enable_x64(True):
-                found = _SCALAR_ARRAYS[key] = jax.numpy.asarray(v)
-        except OverflowError:  # (the jitted call raises its own error)
-            return v
-    return found
-
-
 def _signature(sig: Signature, statics, arrays, scalars) -> list:
     """(label, value) pairs describing one traced call, for compilation causes."""
     out = [(f"argument {sig.names[i]}", v) for i, v in zip(sig.statics, statics)]
@@ -301,19 +256,13 @@ def _signature(sig: Signature, statics, arrays, scalars) -> list:
     return out
 
 
-def _static(v):
-    if isinstance(v, list):
-        return tuple(_static(x) for x in v)
-    return v
-
-
 def _program_key(vals, sig: Signature) -> tuple:
     """The key of an op's program cache: its static arguments, and the settings the
     lowerings read when they trace (the default dtype, for factories with dtype=None; the
     float32 matmul precision; whether values are checked, ``runtime.asserts``)."""
     statics = sig.statics
     return (
-        tuple([_static(vals[i]) for i in statics]) if statics else (),
+        tuple([binding.static(vals[i]) for i in statics]) if statics else (),
         torch.get_default_dtype(),
         torch.get_float32_matmul_precision(),
         settings.checks,
@@ -322,7 +271,8 @@ def _program_key(vals, sig: Signature) -> tuple:
 
 class Kernel:
     """The eager PrivateUse1 kernel of one lowered overload: it binds the op's arguments
-    (one binding for every mode and path) and hands the executor its program."""
+    through ``device/binding.py`` (one binding for every mode and path, and for compiled
+    graphs) and hands the executor its program."""
 
     def __init__(self, op: OpOverload, lowering: Lowering):
         self.op = op
@@ -401,7 +351,7 @@ class Kernel:
             if v.__class__ is d.__class__ and v == d and (v or d.__class__ is not float):
                 out.append(None)
             else:
-                out.append(v if lazy else _device_scalar(v))
+                out.append(v if lazy else device_scalar(v))
         return out
 
     # --- calls ----------------------------------------------------------------------
@@ -418,10 +368,10 @@ class Kernel:
         for i in sig.arrays:
             v = vals[i]
             if isinstance(v, (list, tuple)):
-                arrays.append([_array_of(t, index, lazy) for t in v])
+                arrays.append([array_of(t, index, lazy) for t in v])
                 has_tensors = True
             else:
-                arrays.append(_array_of(v, index, lazy))
+                arrays.append(array_of(v, index, lazy))
                 has_tensors = has_tensors or isinstance(v, torch.Tensor)
         scalars = self._scalars(vals, lazy)
         key = _program_key(vals, sig)
@@ -440,7 +390,7 @@ class Kernel:
                     return out, index
                 except fused.Unfusable:  # an argument fused mode cannot record: run it now
                     arrays = fused.concrete(arrays)
-                    scalars = [_device_scalar(v) for v in scalars]
+                    scalars = [device_scalar(v) for v in scalars]
             out = self.program(key, executor.align(arrays), scalars, rng)
         except LoweringMissing:
             raise
@@ -486,7 +436,7 @@ class Kernel:
                 array, index = found
                 arrays.append(array)
             else:  # None, or a wrapped Python number
-                arrays.append(_device_scalar(v))
+                arrays.append(device_scalar(v))
         if index is None or executor.mesh_in_use:
             return None
         try:
