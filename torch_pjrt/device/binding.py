@@ -26,9 +26,18 @@ import torch
 
 from torch_pjrt import runtime
 from torch_pjrt.device import random as pjrt_random
-from torch_pjrt.device.tensor import argument
+from torch_pjrt.device.tensor import argument, read_on_device
+from torch_pjrt.runtime import executor
 
-__all__ = ["array_of", "device_of", "device_scalar", "same_device_error", "static"]
+__all__ = [
+    "array_of",
+    "arrays_of",
+    "device_of",
+    "device_scalar",
+    "plain_arrays",
+    "same_device_error",
+    "static",
+]
 
 
 def same_device_error(a, b) -> RuntimeError:
@@ -39,11 +48,50 @@ def same_device_error(a, b) -> RuntimeError:
     )
 
 
+def arrays_of(vals: list, positions: list, index: int, lazy: bool = False) -> tuple:
+    """``(arrays, any tensor?)``: the arguments of an op's tensor positions (a tensor
+    list as a list) on pjrt ``index``, by :func:`array_of`."""
+    arrays = []
+    has_tensors = False
+    for i in positions:
+        v = vals[i]
+        if isinstance(v, (list, tuple)):
+            arrays.append([array_of(t, index, lazy) for t in v])
+            has_tensors = True
+        else:
+            arrays.append(array_of(v, index, lazy))
+            has_tensors = has_tensors or isinstance(v, torch.Tensor)
+    return arrays, has_tensors
+
+
+def plain_arrays(vals: list, positions: list) -> tuple | None:
+    """:func:`arrays_of` for the common eager call, with as little host work as possible
+    (one look at each storage, ``tensor.read_on_device``): ``(arrays, device index)``
+    when every tensor is a strided pjrt tensor on one device and no mesh is in use,
+    else None (the general binding then runs, and raises PyTorch's errors)."""
+    index = None
+    arrays = []
+    for i in positions:
+        v = vals[i]
+        if isinstance(v, torch.Tensor):
+            found = read_on_device(v) if v.layout is torch.strided else None
+            if found is None or (index is not None and found[1] != index):
+                return None  # CPU scalars, device errors: the general path
+            array, index = found
+            arrays.append(array)
+        else:  # None, or a wrapped Python number
+            arrays.append(device_scalar(v))
+    if index is None or executor.mesh_in_use:
+        return None
+    return arrays, index
+
+
 def array_of(t, index: int, lazy: bool = False):
     """The argument of a tensor position of an op running on pjrt ``index``: the tensor's
-    array, a Python number (or None) as it is."""
+    array; a Python number as the weakly typed scalar jit makes of it (a number as it
+    is in a recording, which takes numbers by value); None as it is."""
     if t is None or isinstance(t, (bool, int, float, complex)):
-        return t  # a wrapped number: JAX traces it as a weakly typed scalar
+        return t if lazy else device_scalar(t)
     device = t.device
     if device.type == "pjrt":
         if (device.index or 0) != index:

@@ -24,8 +24,8 @@ from torch._ops import OpOverload, OpOverloadPacket
 from torch_pjrt.config import op_path, settings
 from torch_pjrt.device import binding
 from torch_pjrt.device import random as pjrt_random
-from torch_pjrt.device.binding import array_of, device_scalar
-from torch_pjrt.device.tensor import read_on_device, wrap, write
+from torch_pjrt.device.binding import device_scalar
+from torch_pjrt.device.tensor import wrap, write
 from torch_pjrt.modes import fused
 from torch_pjrt.ops import checks, fallback
 from torch_pjrt.ops.fallback import LoweringMissing, declined
@@ -363,16 +363,7 @@ class Kernel:
         index = _device_index(vals, sig)
         path = op_path()
         lazy = path == "fused"
-        arrays = []
-        has_tensors = False
-        for i in sig.arrays:
-            v = vals[i]
-            if isinstance(v, (list, tuple)):
-                arrays.append([array_of(t, index, lazy) for t in v])
-                has_tensors = True
-            else:
-                arrays.append(array_of(v, index, lazy))
-                has_tensors = has_tensors or isinstance(v, torch.Tensor)
+        arrays, has_tensors = binding.arrays_of(vals, sig.arrays, index, lazy)
         scalars = self._scalars(vals, lazy)
         key = _program_key(vals, sig)
         if not has_tensors:  # nothing to follow: the program places its outputs
@@ -418,27 +409,18 @@ class Kernel:
 
     def _plain_call(self, args):
         """The common eager call, with as little host work as possible: positional
-        arguments, every tensor a pjrt tensor on one device, no mesh. None when anything
-        else holds: :meth:`compute` runs (and raises PyTorch's error, if any)."""
+        arguments, every tensor a pjrt tensor on one device, no mesh
+        (``binding.plain_arrays``). None when anything else holds: :meth:`compute` runs
+        (and raises PyTorch's error, if any)."""
         sig = self.sig
         tail = self._tails.get(len(args))
         if tail is None:
             return None
         vals = args + tail
-        index = None
-        arrays = []
-        for i in sig.arrays:
-            v = vals[i]
-            if isinstance(v, torch.Tensor):
-                found = read_on_device(v) if v.layout is torch.strided else None
-                if found is None or (index is not None and found[1] != index):
-                    return None  # CPU scalars, device errors: the general path
-                array, index = found
-                arrays.append(array)
-            else:  # None, or a wrapped Python number
-                arrays.append(device_scalar(v))
-        if index is None or executor.mesh_in_use:
+        bound = binding.plain_arrays(vals, sig.arrays)
+        if bound is None:
             return None
+        arrays, index = bound
         try:
             out = self.program(_program_key(vals, sig), arrays, self._scalars(vals, False), None)
         except Exception as exc:  # noqa: BLE001  (the general path raises PyTorch's error)
