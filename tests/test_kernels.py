@@ -418,6 +418,26 @@ def test_trace_failure_names_kernel_shapes_and_lines(where):
         assert f"test_kernels.py:{CALL_LINE}" in text  # the caller's line
 
 
+@torch_pjrt.kernel("pjrt_test::positive_only")
+def positive_only(x, *, k: int = 1):
+    if k <= 0:
+        raise ValueError(f"positive_only: k must be positive, got {k}")
+    return x * k
+
+
+@pytest.mark.parametrize("mode", ["eager", "fused"])
+def test_a_kernels_own_error_reaches_the_caller_as_it_is(mode):
+    """An error the function raises itself (about its arguments, as a reference on other
+    devices would) keeps its type and message, with a note naming the kernel; only a
+    failure inside JAX becomes a KernelError."""
+    x = torch.ones(3, device="pjrt")
+    with torch_pjrt.mode(mode), pytest.raises(ValueError, match="k must be positive") as info:
+        positive_only(x, k=0)
+    assert not isinstance(info.value, torch_pjrt.kernels.KernelError)
+    notes = "".join(getattr(info.value, "__notes__", []))
+    assert "pjrt_test::positive_only" in notes and "float32[3]" in notes
+
+
 def test_a_name_is_defined_once():
     with pytest.raises(RuntimeError, match="pjrt_test::scale_add is already defined"):
         torch_pjrt.kernel("pjrt_test::scale_add", lambda x: x)

@@ -25,6 +25,7 @@ import torch
 
 from torch_pjrt.device.tensor import wrap, write
 from torch_pjrt.ops import registry
+from torch_pjrt.runtime import asserts
 from torch_pjrt.runtime.transfer import jax_dtype, torch_dtype
 
 __all__ = ["KernelError", "KernelOp", "definition", "infer_schema", "kernel"]
@@ -155,6 +156,24 @@ def _traceback(exc):
         tb = tb.tb_next
 
 
+# where an exception raised while a kernel's function runs is a failure to trace (JAX,
+# NumPy, torch_pjrt's runtime and lowerings), not one the function raised on purpose
+_TRACING = tuple(
+    os.path.dirname(m.__file__) + os.sep for m in (jax, np) if getattr(m, "__file__", None)
+) + tuple(
+    os.path.join(os.path.dirname(sys.modules["torch_pjrt"].__file__), part) + os.sep
+    for part in ("runtime", "ops")
+)
+
+
+def _on_purpose(exc: BaseException) -> bool:
+    """Whether the function raised ``exc`` itself (its innermost frame is not JAX's)."""
+    last = None
+    for frame, _ in _traceback(exc):
+        last = frame
+    return last is not None and not last.f_code.co_filename.startswith(_TRACING)
+
+
 def _describe(value) -> str:
     if value is None:
         return "None"
@@ -254,8 +273,15 @@ class KernelOp:
             described += [f"{k}={v!r}" for k, v in statics.items()]
             # (no caller's line in a backward: autograd's engine calls it)
             called, raised = _call_site(), _raise_site(exc)
+            where = f", called at {called}" if called else ""
+            if _on_purpose(exc) or getattr(exc, "pjrt_event", False):
+                # the function's own error about its arguments (as its reference raises
+                # it on other devices), or strict mode's: as it is, with the context
+                if hasattr(exc, "add_note"):  # (Python 3.11+)
+                    exc.add_note(f"pjrt: in {what}{where}; arguments: {', '.join(described)}")
+                raise registry.refusal(exc)
             error = KernelError(
-                f"{what} failed to trace" + (f", called at {called}" if called else "") + "\n"
+                f"{what} failed to trace" + where + "\n"
                 f"  arguments: {', '.join(described)}\n"
                 f"  {type(exc).__name__}: {exc}"
                 + (f" (raised at {raised})" if raised else "")
@@ -346,10 +372,13 @@ class KernelOp:
                 else jax.ShapeDtypeStruct(tuple(int(s) for s in t.shape), jax_dtype(t.dtype))
                 for t in tensors
             ]
-            out = jax.eval_shape(
-                lambda *a: self._call_fn(self.fn, f"pjrt kernel {self.name}", a, statics, n),
-                *specs,
-            )
+            # NOTE: a scope of its own for the checks the function states: eager kernels
+            # run this (PyTorch's Meta check of the arguments) while their program traces
+            with asserts.tracing():
+                out = jax.eval_shape(
+                    lambda *a: self._call_fn(self.fn, f"pjrt kernel {self.name}", a, statics, n),
+                    *specs,
+                )
         self._check_updates(values, out)
         like = next(t for t in tensors if t is not None)
         fresh = iter(out[: self.n_new])
