@@ -304,3 +304,47 @@ def test_following_stops_when_the_bad_values_are_gone():
         del y, z, failed
         gc.collect()
         assert set(asserts._failed) <= before
+
+
+@pytest.mark.parametrize("mode", ["eager", "fused"])
+def test_inputs_that_passed_are_not_checked_again(mode):
+    """Arrays never change, so a program whose checks passed on some arrays runs its
+    unchecked variant on exactly those arrays again (no check recorded, one compilation
+    more, once); any other array, or the same arrays in other places, is checked."""
+    from torch_pjrt.runtime import asserts
+
+    torch.pjrt.synchronize()
+    x = torch.arange(5.0 + (mode == "fused"), device=DEV)
+    i = _t([1, 3, 4, 2, 0, 1, 3], DEV)  # (shapes no other test indexes with)
+    with torch_pjrt.mode("eager"):
+        x[i].cpu()  # checked, and passes
+        metrics.reset()
+        for _ in range(3):
+            y = x[i]
+        assert not asserts._expected  # (nothing left to read)
+        assert metrics.as_dict().get("eager_compilations", 0) == 1  # the unchecked one, once
+        torch.testing.assert_close(y.cpu(), torch.tensor([1.0, 3.0, 4.0, 2.0, 0.0, 1.0, 3.0]))
+    with torch_pjrt.mode(mode):
+        j = _t([1, 7, 0, 0, 0, 0, 0], DEV)  # another array: checked
+        with pytest.raises(IndexError, match="index 7 is out of bounds"):
+            x[j].cpu()
+        i.add_(5)  # the same tensor, a new value: checked
+        with pytest.raises(IndexError, match="index 6 is out of bounds"):
+            x[i].cpu()
+        with pytest.raises(IndexError, match="index 6 is out of bounds"):  # failed: again
+            x[i].cpu()
+
+
+def test_a_passed_program_is_not_taken_for_another():
+    """The mark names the program and the call's inputs in order: the same arrays given
+    to another op, or in swapped places, are checked by it."""
+    torch.pjrt.synchronize()
+    with torch_pjrt.mode("eager"):
+        a, b = _t([0, 1], DEV), _t([2, 0], DEV)
+        torch.testing.assert_close((a // b.clamp(min=1)).cpu(), torch.tensor([0, 1]))
+        c = _t([4, 2], DEV)
+        (c // a.clamp(min=1)).cpu()
+        # a // c passed with these arrays in these places; c // a divides by zero
+        (a // c).cpu()
+        with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+            (c // a).cpu()

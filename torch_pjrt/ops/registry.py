@@ -280,7 +280,7 @@ class Kernel:
         self.lowering = lowering
         self.sig = Signature(op, lowering.static)
         self.program = executor.Program(
-            "eager", self.name, self._build, self._describe, placed=_placed
+            "eager", self.name, self._build, self._describe, placed=_placed, unchecked=_unchecked
         )
         returns = op._schema.returns
         self.returns_list = len(returns) == 1 and str(returns[0].type) == "List[Tensor]"
@@ -484,6 +484,11 @@ def _call_tracing(kernel: Kernel) -> tuple | None:
                 return local["args"], local.get("kwargs") or {}
         frame = frame.f_back
     return None
+
+
+def _unchecked(key):
+    """An op's program key with its value checks off (its fourth part: ``_program_key``)."""
+    return key if not key[3] else (*key[:3], False, *key[4:])
 
 
 def _placed(key):

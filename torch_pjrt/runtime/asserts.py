@@ -60,11 +60,12 @@ _local = threading.local()
 class _Scope:
     """The checks one trace states: their rows (its extra output) and what each means."""
 
-    __slots__ = ("rows", "specs")
+    __slots__ = ("rows", "specs", "off")
 
-    def __init__(self):
+    def __init__(self, off: bool = False):
         self.rows = []  # per check: [ok, *values], int64 scalars
         self.specs = []  # per check: (exception type, message template)
+        self.off = off  # a program traced without its checks (see passed)
 
     def returning(self, results):
         """What the traced program returns: ``results``, or a :class:`Checked` of them
@@ -102,11 +103,14 @@ class tracing:
     """``with tracing() as scope``: collect the checks the code inside states (an
     executor trace). ``scope.arrays`` and ``scope.specs`` are empty when none were."""
 
-    __slots__ = ("scope", "outer")
+    __slots__ = ("scope", "outer", "off")
+
+    def __init__(self, off: bool = False):
+        self.off = off  # no checks stated: the program of inputs that passed them
 
     def __enter__(self) -> _Scope:
         self.outer = getattr(_local, "scope", None)
-        self.scope = _local.scope = _Scope()
+        self.scope = _local.scope = _Scope(self.off)
         return self.scope
 
     def __exit__(self, *exc) -> None:
@@ -118,7 +122,7 @@ def check(ok, error: type, message: str, *values) -> None:
     boolean array) is not all true. ``values``: integer scalars to format in (the first
     bad ones, :func:`first_bad`). Outside an executor's trace (a shape probe), nothing."""
     scope = getattr(_local, "scope", None)
-    if scope is None or not settings.checks:
+    if scope is None or scope.off or not settings.checks:
         return
     row = [jnp.all(ok).astype(jnp.int64)]
     for v in values:
@@ -155,13 +159,24 @@ class _Expected:
     read, ``error`` is the exception its values raise (its own failed check's, or a
     parent's), else None."""
 
-    __slots__ = ("flags", "specs", "op", "line", "parents", "read", "error", "__weakref__")
+    __slots__ = (
+        "flags",
+        "specs",
+        "op",
+        "line",
+        "parents",
+        "read",
+        "error",
+        "inputs",
+        "__weakref__",
+    )
 
-    def __init__(self, flags, specs, op, line, parents):
+    def __init__(self, flags, specs, op, line, parents, inputs=None):
         self.flags, self.specs, self.op, self.line = flags, specs, op, line
         self.parents = parents
         self.read = False
         self.error = None
+        self.inputs = inputs  # (token, weak references to the input arrays): see passed
 
 
 _MAX_EXPECTED = 4096  # checked programs held before their flags are read unasked
@@ -189,17 +204,85 @@ _copy_one = getattr(_ArrayImpl, "_copy_single_device_array_to_host_async", None)
 VALUE_CLASSES = {_ArrayImpl}
 
 
-def unpack(checked: Checked, op: str, line: str | None = None):
+def unpack(checked: Checked, op: str, line: str | None = None, inputs=None):
     """The results of a program that ran ``op`` with checks; the checks are read at the
     next host sync (the results refused to reads if one fails). ``line``: where the op
-    was called (default: the user's line now)."""
+    was called (default: the user's line now). ``inputs``: :func:`inputs_of`'s, for a
+    program whose inputs need not be checked again once they passed."""
     results = checked.results
     site = events.user_site() if line is None else line
     if capture_sink is not None:  # a graph capture: its replays report them
         capture_sink(checked.flags, checked.specs, op, site)
         return results
-    expect(checked.flags, checked.specs, op, site, results)
+    expect(checked.flags, checked.specs, op, site, results, inputs)
     return results
+
+
+# --- inputs that passed: not checked again ---------------------------------------------
+#
+# A program's checks are a function of its inputs, and JAX arrays never change: once a
+# program's checks passed on some arrays, the same program on the same arrays passes
+# them again. So when they are read and hold, each input array is marked with a token
+# naming the program, its key and the call's inputs in order, and a later call of that
+# program whose inputs all carry that one token runs its unchecked variant (the eager
+# loop over a fixed index, say). Only the arrays of that call carry the token (a fresh
+# array with a reused id carries none), so the test is exact.
+
+PASSED = "_torch_pjrt_passed"
+
+
+def _leaves(args) -> list:
+    """The leaves of a program's arguments: its argument lists, and tensor lists in them."""
+    out = []
+    for part in args:
+        if part.__class__ is list or part.__class__ is tuple:
+            for x in part:
+                if x.__class__ is list or x.__class__ is tuple:
+                    out.extend(x)
+                else:
+                    out.append(x)
+        else:
+            out.append(part)
+    return out
+
+
+def _signature(leaves: list) -> tuple:
+    return tuple([id(x) if x.__class__ is _ArrayImpl else x for x in leaves])
+
+
+def passed(program, key, args) -> bool:
+    """Whether ``program``'s checks of ``key`` already passed on exactly these ``args``
+    (then its unchecked variant gives the same results)."""
+    token = None
+    leaves = _leaves(args)
+    for x in leaves:
+        if x.__class__ is _ArrayImpl:
+            mark = getattr(x, PASSED, None)
+            if mark is not token:
+                if token is not None or mark is None or mark[0] is not program:
+                    return False
+                token = mark
+        elif x.__class__ in VALUE_CLASSES:  # (a pending value: not a concrete input)
+            return False
+    return token is not None and token[1] == key and token[2] == _signature(leaves)
+
+
+def inputs_of(program, key, args):
+    """What a checked call keeps to mark its inputs if its checks pass (:func:`passed`),
+    or None where that cannot apply (no concrete array among them)."""
+    leaves = _leaves(args)
+    arrays = [x for x in leaves if x.__class__ is _ArrayImpl]
+    if not arrays or len(arrays) != sum(x.__class__ in VALUE_CLASSES for x in leaves):
+        return None
+    return (program, key, _signature(leaves)), [weakref.ref(x) for x in arrays]
+
+
+def _mark_passed(inputs) -> None:
+    token, refs = inputs
+    arrays = [r() for r in refs]
+    if all(x is not None for x in arrays):
+        for x in arrays:
+            setattr(x, PASSED, token)
 
 
 # NOTE: set by modes.capture while a graph is captured: (flags, specs, op, line) -> None
@@ -227,7 +310,7 @@ def _values(tree, out: list | None = None) -> list:
     return out
 
 
-def expect(flags, specs, op: str, line, results) -> None:
+def expect(flags, specs, op: str, line, results, inputs=None) -> None:
     """Checks a program ran for ``op`` (called at ``line``: 'file:line' or
     ``events.user_site``'s pair), read at the next host sync: ``flags`` (their packed
     array or pending value) and ``specs`` (:class:`Checked`'s); ``results`` (a tree of
@@ -240,7 +323,7 @@ def expect(flags, specs, op: str, line, results) -> None:
             _copy_one(flags)
         else:
             flags.copy_to_host_async()
-    record = _Expected(flags, specs, op, line, parents)
+    record = _Expected(flags, specs, op, line, parents, inputs)
     mine = (record,)
     for v in values:
         setattr(v, SOURCES, mine)
@@ -288,9 +371,11 @@ def verify(at_op: bool = False, ready_only: bool = False) -> None:
         else:
             error = error or failed
         record.read, record.error = True, failed
-        record.flags = record.parents = None
         if failed is not None:
             _failed.add(record)
+        elif record.inputs is not None and rows is not None:
+            _mark_passed(record.inputs)
+        record.flags = record.parents = record.inputs = None
     if error is not None:
         raise error
 
