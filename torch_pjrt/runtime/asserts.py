@@ -159,24 +159,14 @@ class _Expected:
     read, ``error`` is the exception its values raise (its own failed check's, or a
     parent's), else None."""
 
-    __slots__ = (
-        "flags",
-        "specs",
-        "op",
-        "line",
-        "parents",
-        "read",
-        "error",
-        "inputs",
-        "__weakref__",
-    )
+    __slots__ = ("flags", "specs", "op", "line", "parents", "read", "error", "held", "__weakref__")
 
-    def __init__(self, flags, specs, op, line, parents, inputs=None):
+    def __init__(self, flags, specs, op, line, parents):
         self.flags, self.specs, self.op, self.line = flags, specs, op, line
         self.parents = parents
         self.read = False
         self.error = None
-        self.inputs = inputs  # (token, weak references to the input arrays): see passed
+        self.held = None  # [False], made True once read and every check held (see passed)
 
 
 _MAX_EXPECTED = 4096  # checked programs held before their flags are read unasked
@@ -207,8 +197,8 @@ VALUE_CLASSES = {_ArrayImpl}
 def unpack(checked: Checked, op: str, line: str | None = None, inputs=None):
     """The results of a program that ran ``op`` with checks; the checks are read at the
     next host sync (the results refused to reads if one fails). ``line``: where the op
-    was called (default: the user's line now). ``inputs``: :func:`inputs_of`'s, for a
-    program whose inputs need not be checked again once they passed."""
+    was called (default: the user's line now). ``inputs``: ``(program, key, arguments)``
+    of a program whose inputs need not be checked again once they passed (:func:`passed`)."""
     results = checked.results
     site = events.user_site() if line is None else line
     if capture_sink is not None:  # a graph capture: its replays report them
@@ -222,11 +212,12 @@ def unpack(checked: Checked, op: str, line: str | None = None, inputs=None):
 #
 # A program's checks are a function of its inputs, and JAX arrays never change: once a
 # program's checks passed on some arrays, the same program on the same arrays passes
-# them again. So when they are read and hold, each input array is marked with a token
-# naming the program, its key and the call's inputs in order, and a later call of that
-# program whose inputs all carry that one token runs its unchecked variant (the eager
-# loop over a fixed index, say). Only the arrays of that call carry the token (a fresh
-# array with a reused id carries none), so the test is exact.
+# them again. So a checked call marks each of its input arrays with one token naming the
+# program, its key, the call's inputs in order and its record; a later call of that
+# program whose inputs all carry that token, once the record was read and held, runs the
+# unchecked variant (the eager loop over a fixed index, say). Only the arrays of that
+# call carry the token (a fresh array with a reused id carries none), so the test is
+# exact; a token holds no array and no record.
 
 PASSED = "_torch_pjrt_passed"
 
@@ -264,24 +255,23 @@ def passed(program, key, args) -> bool:
                 token = mark
         elif x.__class__ in VALUE_CLASSES:  # (a pending value: not a concrete input)
             return False
-    return token is not None and token[1] == key and token[2] == _signature(leaves)
+    if token is None or token[1] != key:
+        return False
+    return token[3][0] and token[2] == _signature(leaves)
 
 
-def inputs_of(program, key, args):
-    """What a checked call keeps to mark its inputs if its checks pass (:func:`passed`),
-    or None where that cannot apply (no concrete array among them)."""
+def _mark(inputs, record: _Expected) -> None:
+    """Mark the input arrays of a checked call (``inputs``: program, key, arguments)."""
+    program, key, args = inputs
     leaves = _leaves(args)
-    arrays = [x for x in leaves if x.__class__ is _ArrayImpl]
-    if not arrays or len(arrays) != sum(x.__class__ in VALUE_CLASSES for x in leaves):
-        return None
-    return (program, key, _signature(leaves)), [weakref.ref(x) for x in arrays]
-
-
-def _mark_passed(inputs) -> None:
-    token, refs = inputs
-    arrays = [r() for r in refs]
-    if all(x is not None for x in arrays):
-        for x in arrays:
+    if any(x.__class__ in VALUE_CLASSES and x.__class__ is not _ArrayImpl for x in leaves):
+        return  # (a pending value: no concrete input to mark)
+    # (the record's outcome in a cell of its own: a token must not keep a failed record
+    # alive, and with it the following of values, as long as its inputs live)
+    record.held = [False]
+    token = (program, key, _signature(leaves), record.held)
+    for x in leaves:
+        if x.__class__ is _ArrayImpl:
             setattr(x, PASSED, token)
 
 
@@ -323,7 +313,9 @@ def expect(flags, specs, op: str, line, results, inputs=None) -> None:
             _copy_one(flags)
         else:
             flags.copy_to_host_async()
-    record = _Expected(flags, specs, op, line, parents, inputs)
+    record = _Expected(flags, specs, op, line, parents)
+    if inputs is not None:
+        _mark(inputs, record)
     mine = (record,)
     for v in values:
         setattr(v, SOURCES, mine)
@@ -371,11 +363,11 @@ def verify(at_op: bool = False, ready_only: bool = False) -> None:
         else:
             error = error or failed
         record.read, record.error = True, failed
+        if record.held is not None and failed is None and rows is not None:
+            record.held[0] = True
         if failed is not None:
             _failed.add(record)
-        elif record.inputs is not None and rows is not None:
-            _mark_passed(record.inputs)
-        record.flags = record.parents = record.inputs = None
+        record.flags = record.parents = None
     if error is not None:
         raise error
 

@@ -225,7 +225,7 @@ class Program:
             if self.unchecked is not None:
                 if bare is None:
                     self.checked[key] = self.unchecked(key)
-                inputs = asserts.inputs_of(self, key, args)
+                inputs = (self, key, args)
             out = asserts.unpack(out, self.name, inputs=inputs)
         return out
 

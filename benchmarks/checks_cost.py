@@ -1,0 +1,156 @@
+"""What the value checks cost: the same work with checks on and off, alternating in one
+process (``torch_pjrt.config(checks=...)``, the runtime form of ``TORCH_PJRT_CHECKS``).
+
+Usage::
+
+    .venv/bin/python benchmarks/checks_cost.py                  # ops and both GPT workloads
+    .venv/bin/python benchmarks/checks_cost.py --rounds 9 --only ops
+
+Rows:
+
+``ops``        eager 8x8 ``x + y``, ``x @ y``, ``x.sum()`` (no checks), ``x[i]`` with one
+               index tensor (checked once; after that its inputs passed, docs/semantics.md)
+               and ``x[i]`` with a fresh index tensor every call (checked every call):
+               microseconds per call over rounds of ``--calls`` calls and a synchronize
+``<workload> <mode>``  the GPT train step of ``modes.py`` (forward, backward, AdamW) in
+               pjrt eager, fused and compiled: milliseconds per step, ``--steps`` a round.
+               Two copies of the model, one run with checks on, one off (a compiled
+               graph is traced under the setting of its first call)
+
+Each round measures on then off (then swaps the order next round); the ratio is the
+median over rounds of on / off within a round, so a machine that changes speed between
+rounds moves both. The load average is printed at start and end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import pathlib
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+import torch
+
+import torch_pjrt
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import modes  # noqa: E402
+from compile_step import GPT, WORKLOADS  # noqa: E402
+
+
+def _paired(run: Callable[[bool], float], rounds: int) -> tuple[float, float, float]:
+    """Median on, median off, median of the per-round ratios on / off."""
+    on, off = [], []
+    for r in range(rounds):
+        for checks in (True, False) if r % 2 == 0 else (False, True):
+            with torch_pjrt.config(checks=checks):
+                (on if checks else off).append(run(checks))
+    ratios = [a / b for a, b in zip(on, off)]
+    return statistics.median(on), statistics.median(off), statistics.median(ratios)
+
+
+def op_rows(rounds: int, calls: int) -> dict:
+    torch.manual_seed(0)
+    x, y = torch.randn(8, 8, device="pjrt"), torch.randn(8, 8, device="pjrt")
+    i = torch.tensor([0, 3, 5, 7], device="pjrt")
+    fresh = {}
+
+    def per_call(fn: Callable[[], object], prepare: Callable[[], None] | None = None):
+        def run(checks: bool) -> float:
+            if prepare is not None:
+                prepare()
+            torch.pjrt.synchronize()
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            torch.pjrt.synchronize()
+            return (time.perf_counter() - start) / calls * 1e6
+
+        return run
+
+    def new_indices() -> None:  # (outside the timed loop)
+        fresh["all"] = iter([torch.randint(0, 8, (4,), device="pjrt") for _ in range(calls)])
+
+    cases = {
+        "x + y": per_call(lambda: x + y),
+        "x @ y": per_call(lambda: x @ y),
+        "x.sum()": per_call(lambda: x.sum()),
+        "x[i], one i": per_call(lambda: x[i]),
+        "x[i], fresh i": per_call(lambda: x[next(fresh["all"])], new_indices),
+    }
+    rows = {}
+    with torch_pjrt.mode("eager"):
+        for name, run in cases.items():
+            for checks in (True, False):  # warm-up: both programs compiled
+                with torch_pjrt.config(checks=checks):
+                    run(checks)
+            rows[name] = _paired(run, rounds)
+    return rows
+
+
+def step_rows(workload: str, rounds: int, steps: int) -> dict:
+    spec = WORKLOADS[workload]
+    torch.manual_seed(0)
+    base = GPT(spec["cfg"])
+    x = torch.randint(0, spec["cfg"].vocab_size, (spec["batch"], spec["seq"]))
+    y = torch.randint(0, spec["cfg"].vocab_size, (spec["batch"], spec["seq"]))
+    rows = {}
+    for mode in ("eager", "fused", "compiled"):
+        backend = "pjrt" if mode == "compiled" else None
+        run_mode = "fused" if mode == "compiled" else mode
+        made = {}
+        for checks in (True, False):
+            with torch_pjrt.config(checks=checks), torch_pjrt.mode(run_mode):
+                model = modes.to_pjrt(copy.deepcopy(base))
+                step = modes.pjrt_step(
+                    modes.torch_step(
+                        "train", model, x.to("pjrt"), y.to("pjrt"), backend, capturable=True
+                    )
+                )
+                for _ in range(modes.WARMUP):
+                    step()
+                made[checks] = step
+
+        def run(checks: bool, made=made, run_mode=run_mode) -> float:
+            with torch_pjrt.mode(run_mode):
+                times = []
+                for _ in range(steps):
+                    start = time.perf_counter()
+                    made[checks]()
+                    times.append(time.perf_counter() - start)
+            return statistics.median(times) * 1e3
+
+        rows[f"{workload} {mode}"] = _paired(run, rounds)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=7, help="paired rounds (default 7)")
+    ap.add_argument("--calls", type=int, default=500, help="op calls a round (default 500)")
+    ap.add_argument("--steps", type=int, default=5, help="GPT steps a round (default 5)")
+    ap.add_argument("--only", choices=["ops", "steps"], help="one group of rows")
+    ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    print("load average at start: " + " ".join(f"{v:.2f}" for v in os.getloadavg()))
+    rows = {}
+    if args.only != "steps":
+        rows.update(op_rows(args.rounds, args.calls))
+    if args.only != "ops":
+        for workload in ("overhead-bound", "compute-bound"):
+            rows.update(step_rows(workload, args.rounds, args.steps))
+    print(f"\n  {'row':28s} {'checks on':>10s} {'checks off':>11s} {'on / off':>9s}")
+    for name, (on, off, ratio) in rows.items():
+        unit = "us" if name.startswith("x") else "ms"
+        print(f"  {name:28s} {on:8.2f}{unit} {off:9.2f}{unit} {ratio:9.3f}")
+    print("\nload average at end: " + " ".join(f"{v:.2f}" for v in os.getloadavg()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
