@@ -230,3 +230,31 @@ BAD_INPUTS = [
 def test_bad_input_says_what_is_wrong(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+# --- memory --------------------------------------------------------------------------------
+
+
+def _temp_bytes(impl: str, s: int, backward: bool) -> int:
+    spec = jax.ShapeDtypeStruct((1, 1, s, 64), jnp.float32)
+    statics = dict(impl=impl, block_q=128, block_k=128, causal=True, scale=0.125)
+    statics.update(window=None, softcap=None)
+    if backward:
+        fn = lambda q, k, v, g: fa._attention_backward(q, k, v, None, g, **statics)  # noqa: E731
+        specs = (spec,) * 4
+    else:
+        fn = lambda q, k, v: fa._attention(q, k, v, None, **statics)  # noqa: E731
+        specs = (spec,) * 3
+    return jax.jit(fn).lower(*specs).compile().memory_analysis().temp_size_in_bytes
+
+
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
+def test_memory_grows_linearly_with_the_sequence(backward):
+    """XLA's compiled memory analysis (benchmarks/kernel_memory.py has the table): the
+    kernel's temporaries grow like the sequence, the XLA path's like its square (it holds
+    the [S, S] scores)."""
+    kernel = [_temp_bytes("pallas", s, backward) for s in (1024, 2048)]
+    xla = [_temp_bytes("reference", s, backward) for s in (1024, 2048)]
+    assert xla[1] >= 3.5 * xla[0] and xla[0] >= 1024 * 1024 * 4  # quadratic: the scores
+    assert kernel[1] <= 2.5 * kernel[0]  # linear
+    assert kernel[1] * 8 < xla[1]
