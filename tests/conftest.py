@@ -103,3 +103,23 @@ def pytest_collection_modifyitems(config, items):
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
+
+
+@pytest.fixture
+def programs(monkeypatch):
+    """The kinds of the compiled graph programs made while a test runs (a graph split
+    around eager nodes makes parts), Dynamo's caches reset first."""
+    import torch
+
+    from torch_pjrt.compile import program
+
+    made = []
+    real = program.GraphProgram.__init__
+
+    def init(self, gm, kind="inference", *a, **k):
+        made.append(kind)
+        real(self, gm, kind, *a, **k)
+
+    monkeypatch.setattr(program.GraphProgram, "__init__", init)
+    torch._dynamo.reset()
+    return made

@@ -204,23 +204,6 @@ def test_cpu_tensors_run_pytorch(norm):
 # --- torch.compile -----------------------------------------------------------------------
 
 
-@pytest.fixture
-def programs(monkeypatch):
-    """The kinds of the graph programs made (a graph split around eager nodes: parts)."""
-    from torch_pjrt.compile import program
-
-    made = []
-    real = program.GraphProgram.__init__
-
-    def init(self, gm, kind="inference", *a, **k):
-        made.append(kind)
-        real(self, gm, kind, *a, **k)
-
-    monkeypatch.setattr(program.GraphProgram, "__init__", init)
-    torch._dynamo.reset()
-    return made
-
-
 @pytest.mark.parametrize(("norm", "weighted", "biased"), [CASES[1], CASES[2]], ids=repr)
 def test_compiled_forward_and_backward(norm, weighted, biased, programs):
     x, w, b = _inputs((2, 3, 16), weighted, biased)

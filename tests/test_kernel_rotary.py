@@ -164,23 +164,6 @@ def test_cpu_tensors_run_pytorch():
 # --- torch.compile -----------------------------------------------------------------------
 
 
-@pytest.fixture
-def programs(monkeypatch):
-    """The kinds of the graph programs made (a graph split around eager nodes: parts)."""
-    from torch_pjrt.compile import program
-
-    made = []
-    real = program.GraphProgram.__init__
-
-    def init(self, gm, kind="inference", *a, **k):
-        made.append(kind)
-        real(self, gm, kind, *a, **k)
-
-    monkeypatch.setattr(program.GraphProgram, "__init__", init)
-    torch._dynamo.reset()
-    return made
-
-
 def test_compiled_forward_and_backward(programs):
     x, grad = torch.randn(B, H, S, D), torch.randn(B, H, S, D)
     cos, sin = cos_sin(False)

@@ -171,23 +171,6 @@ def test_compiled_graph_holds_the_kernel_as_one_node():
     assert ops.count(torch.ops.pjrt_test.pallas_add) == 1
 
 
-@pytest.fixture
-def programs(monkeypatch):
-    """The kinds of the graph programs made (a graph split around eager nodes: parts)."""
-    from torch_pjrt.compile import program
-
-    made = []
-    real = program.GraphProgram.__init__
-
-    def init(self, gm, kind="inference", *a, **k):
-        made.append(kind)
-        real(self, gm, kind, *a, **k)
-
-    monkeypatch.setattr(program.GraphProgram, "__init__", init)
-    torch._dynamo.reset()
-    return made
-
-
 def test_compiled_kernel_runs_inside_one_program(programs):
     """The kernel's node is lowered in the graph's own program: no eager part."""
     x, b = _inputs((4, 8), (8,))
