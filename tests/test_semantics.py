@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import torch_pjrt  # noqa: F401
+import torch_pjrt
 
 
 def _cpu(x):
@@ -245,3 +245,69 @@ def test_module_to_moves_parameters_in_place_and_keeps_tied_weights():
     opt.step()
     model.to("cpu")
     assert model["emb"].weight is before and before.device.type == "cpu"
+
+
+def test_softmax_of_rows_masked_out_entirely_is_zero():
+    """Attention's math path ends in ``_safe_softmax``: a row of nothing but -inf gives
+    zeros (a NaN stays NaN, the rest is softmax), for each dim and dtype, with the CPU's
+    values and gradients; through SDPA with a boolean mask hiding a whole row too."""
+    inf = float("-inf")
+    x = torch.tensor([[1.0, 2.0, 3.0], [inf, inf, inf], [inf, 0.0, 1.0], [float("nan"), 1.0, inf]])
+    for dim in (0, 1, -1):
+        for dtype in (None, torch.float64, torch.float16):
+            expected = torch.ops.aten._safe_softmax(x, dim, dtype)
+            got = torch.ops.aten._safe_softmax(x.to("pjrt"), dim, dtype).cpu()
+            assert got.dtype == expected.dtype
+            torch.testing.assert_close(got, expected, equal_nan=True)
+    half = x.half()
+    got = torch.ops.aten._safe_softmax(half.to("pjrt"), 1).cpu()
+    torch.testing.assert_close(got, torch.ops.aten._safe_softmax(half, 1), equal_nan=True)
+    assert torch.ops.aten._safe_softmax(torch.tensor(inf, device="pjrt"), 0).item() == 0.0
+
+    def attention(device):
+        g = torch.Generator().manual_seed(0)
+        q, k, v = (torch.randn(1, 2, n, 8, generator=g) for n in (4, 6, 6))
+        q, k, v = (t.to(device).requires_grad_() for t in (q, k, v))
+        mask = torch.ones(4, 6, dtype=torch.bool)
+        mask[1] = False  # the second query sees nothing
+        mask[2, :3] = False
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(device))
+        out.pow(2).sum().backward()
+        return [t.detach().cpu() for t in (out, q.grad, k.grad, v.grad)]
+
+    expected = attention("cpu")
+    torch_pjrt.metrics.reset()
+    got = attention("pjrt")
+    assert torch_pjrt.metrics.as_dict()["ops"].get("aten._safe_softmax.default") == 1
+    assert torch.equal(got[0][0, :, 1], torch.zeros(2, 8))
+    for e, g in zip(expected, got):
+        torch.testing.assert_close(g, e)
+
+
+def test_index_copy_of_one_row_writes_that_row():
+    """``index_copy_`` with one index (a KV cache's row) is one in-place write; the CPU's
+    values for each dim, for a 0-d and a 1-d tensor too."""
+
+    def case(device):
+        g = torch.Generator().manual_seed(0)
+        cache = torch.zeros(1, 4, 6, 3).to(device)
+        row = torch.randn(1, 4, 1, 3, generator=g).to(device)
+        cache.index_copy_(2, torch.tensor([4], device=device), row)
+        flat = (
+            torch.arange(5.0)
+            .to(device)
+            .index_copy(0, torch.tensor([2], device=device), torch.tensor([9.0], device=device))
+        )
+        first = (
+            torch.zeros(3, 2)
+            .to(device)
+            .index_copy(0, torch.tensor([0], device=device), torch.ones(1, 2, device=device))
+        )
+        scalar = (
+            torch.tensor(1.0)
+            .to(device)
+            .index_copy(0, torch.tensor([0], device=device), torch.tensor(7.0, device=device))
+        )
+        return [cache, flat, first, scalar]
+
+    _same_on_both(case)

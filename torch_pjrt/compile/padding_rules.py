@@ -479,6 +479,7 @@ _RULES = {
     **{k: _reduction for k in _IDENTITY},
     "_softmax": _softmax,
     "_log_softmax": _softmax,
+    "_safe_softmax": _softmax,  # (-inf padding changes no row: one of -inf stays one)
     **{k: _matmul for k in ("mm", "bmm", "addmm", "baddbmm")},
     "native_layer_norm": _layer_norm,
     "native_layer_norm_backward": _layer_norm_backward,

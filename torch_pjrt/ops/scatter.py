@@ -12,6 +12,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import torch
+from jax import lax
 
 from torch_pjrt.ops._helpers import add_at, check, check_index, out_of_bounds, wrap_dim
 from torch_pjrt.ops.registry import lowers
@@ -199,7 +200,12 @@ def index_copy(self, dim, index, source):
     source = _source_like(self, dim, index, source)
     d = wrap_dim(dim, self.ndim)
     message = "index_copy_(): " + out_of_bounds(d, self.shape[d])
-    return self.at[_at_dim(self, dim, index, message)].set(source).reshape(shape)
+    where = _at_dim(self, dim, index, message)
+    if index.size == 1:  # (a KV cache's row: one XLA kernel, a scatter's guard makes 3)
+        row = where[-1][0]
+        starts = [row if i == d else jnp.zeros((), row.dtype) for i in range(self.ndim)]
+        return lax.dynamic_update_slice(self, source, starts).reshape(shape)
+    return self.at[where].set(source).reshape(shape)
 
 
 @lowers(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
