@@ -238,6 +238,21 @@ def test_init_selects_platform_and_device_count():
     assert out.stdout.split() == ["cpu", "3"]
 
 
+def test_init_runs_cpu_programs_in_order_unless_xla_flags_say_otherwise():
+    """On the CPU, pjrt asks XLA for its kernels in one order (docs/internals.md, "XLA's
+    CPU scheduler"), before JAX starts; a user's own XLA_FLAGS setting of it is kept."""
+    code = "import os, torch_pjrt; torch_pjrt.init(platform='CPU'); print(os.environ['XLA_FLAGS'])"
+    out = _run(code, XLA_FLAGS="--xla_force_host_platform_device_count=1")
+    assert out.returncode == 0, out.stderr
+    flags = out.stdout.split()
+    assert "--xla_cpu_enable_concurrency_optimized_scheduler=false" in flags
+    assert "--xla_force_host_platform_device_count=1" in flags
+    mine = "--xla_cpu_enable_concurrency_optimized_scheduler=true"
+    out = _run(code, XLA_FLAGS=mine)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [mine]
+
+
 def test_import_has_no_side_effects_on_jax_or_environment():
     code = (
         "import os, jax; env = dict(os.environ); x64 = jax.config.jax_enable_x64; "

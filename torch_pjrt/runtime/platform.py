@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 
 from torch_pjrt.config import settings
@@ -53,6 +54,24 @@ _state = _State()
 def _normalize(name: str) -> str:
     key = name.strip()
     return _ALIASES.get(key.upper(), key.lower())
+
+
+# NOTE: XLA's CPU scheduler by default orders a program's kernels so that independent
+# ones can run at once; a program whose order is then not one chain (each kernel using
+# a buffer of the one before) runs on XLA's thread pool, handing each kernel over: about
+# a microsecond a kernel, and the host's thread competes with the pool. A checked
+# program's value checks are such side branches: the captured one-token decoding step
+# of benchmarks/generate.py ran at 1.7-1.8x plain JAX's step, 1.25-1.4x in order
+# (docs/internals.md). XLA reads it from XLA_FLAGS once, when its first client starts
+# (JAX's per-program compiler_options do not reach it); a user's own setting wins.
+_CPU_SCHEDULER = "--xla_cpu_enable_concurrency_optimized_scheduler"
+
+
+def _apply_cpu_scheduler() -> None:
+    flags = os.environ.get("XLA_FLAGS", "")
+    if _CPU_SCHEDULER in flags:
+        return
+    os.environ["XLA_FLAGS"] = f"{flags} {_CPU_SCHEDULER}=false".strip()
 
 
 def _apply_cpu_device_count() -> None:
@@ -151,6 +170,7 @@ def init(platform: str | None = None) -> str:
             return _state.platform
         if wanted is None and settings.platform:
             wanted = _normalize(settings.platform)
+        _apply_cpu_scheduler()
         _apply_cpu_device_count()
         _apply_compilation_cache()
         launch.init_jax_from_env(wanted or settings.platform)  # under torchrun
