@@ -24,6 +24,7 @@ The program, its inputs and its donations are those of a fused recording
 
 from __future__ import annotations
 
+import operator
 import weakref
 
 import jax
@@ -58,6 +59,8 @@ _HOW["value needed"] = _HOW["host read"]
 # cells a captured graph writes that were made during its capture: unwritten until the
 # graph is replayed; their shape, for later captures that read them
 _unwritten: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_is_not = operator.is_not
+_STALE = object()  # a cell's last value unknown: the next replay checks it
 
 _active: dict = {}  # device index -> Capture
 
@@ -370,6 +373,7 @@ class Captured:
                 build,
                 lambda donated, traced: fused.describe_recording((*recorded, donated), traced),
                 placed=(lambda key, index=self.index: index) if mesh is None else None,
+                follows=False,  # (replay() follows its checks, knowing what changed)
             )
             if shared is not None:
                 if len(_programs) >= _MAX_PROGRAMS:  # the oldest goes
@@ -377,35 +381,81 @@ class Captured:
                 _programs[shared] = self.program
         self.replays = 0
         self._kept: dict = {}  # donated slots -> the other slots passed, in order
+        # NOTE: a replay's host time is what capture saves, so it skips what it can: the
+        # cells' values that are the same arrays as at the last replay (or those it
+        # wrote into them) are not checked again, and the checks they come from are
+        # known (an array's are fixed when it is made)
+        self._slots = [slot for slot, _ in self.cell_slots]
+        self._cells = [cell for _, cell in self.cell_slots]
+        self._raw = None  # the cells' values after the last replay
+        self._vals = None  # the same, as the program takes them
+        self._marks: dict = {}  # position -> the checks its value comes from (if any)
+        position = {id(cell): i for i, cell in enumerate(self._cells)}
+        self._fed = [(position[id(cell)], cell) for _, cell in self.updatable]
+        fed = {i for i, _ in self._fed}
+        written = [c for cells in self.out_cells for c in cells]
+        written += [c for c, _ in self.aliases] + [c for c, _ in self.constant_writes]
+        self._stale = sorted(
+            {position[id(c)] for c in written if id(c) in position} - fed
+        )  # cells read and written that a replay checks again after (shape, owner)
+
+    def _value(self, slot: int, cell):
+        """``cell``'s value as input ``slot`` takes it (its shape checked)."""
+        v = cell._value
+        if v is None or v.__class__ is Pending:
+            v = cell.materialize()
+        want = self.wanted[slot]
+        if v.shape != want.shape or v.dtype != want.dtype:
+            if v.size != want.size or v.dtype != want.dtype:
+                raise RuntimeError(
+                    f"pjrt graph replay: a tensor the graph captured at {self.line} reads "
+                    f"holds {v.dtype}{list(v.shape)} now, but {want.dtype}"
+                    f"{list(want.shape)} when it was captured. A graph replays on the "
+                    "shapes it was captured with: copy_ new values into the captured "
+                    "tensors, or capture a graph for the new shape."
+                )
+            v = v.reshape(want.shape)
+        return v
 
     def arguments(self, seed: int = 0, offset: int = 0) -> list:
         """Every input slot's value for a replay now: the cells' arrays, the baked
         numbers, and the random ops' (seed, offset)."""
         args = list(self.constants)
-        sigs = self.wanted
         for slot, cell in self.cell_slots:
-            v = cell._value
-            if v is None or v.__class__ is Pending:
-                v = cell.materialize()
-            want = sigs[slot]
-            if v.shape != want.shape or v.dtype != want.dtype:
-                if v.size != want.size or v.dtype != want.dtype:
-                    raise RuntimeError(
-                        f"pjrt graph replay: a tensor the graph captured at {self.line} reads "
-                        f"holds {v.dtype}{list(v.shape)} now, but {want.dtype}"
-                        f"{list(want.shape)} when it was captured. A graph replays on the "
-                        "shapes it was captured with: copy_ new values into the captured "
-                        "tensors, or capture a graph for the new shape."
-                    )
-                v = v.reshape(want.shape)
-            args[slot] = v
+            args[slot] = self._value(slot, cell)
         for s, o, delta in self.rng:
             args[s], args[o] = seed, offset + delta
         return args
 
+    def _inputs(self) -> list:
+        """The cells' values as the program takes them (those that changed since the
+        last replay checked now, and the checks they come from noted)."""
+        raw, last = [cell._value for cell in self._cells], self._raw
+        if last is not None and not any(map(_is_not, raw, last)):
+            return self._vals
+        vals = list(self._vals) if last is not None else [None] * len(raw)
+        marks, sources = self._marks, asserts.SOURCES
+        for i, (slot, cell) in enumerate(self.cell_slots):
+            if last is None or raw[i] is not last[i]:
+                v = vals[i] = self._value(slot, cell)
+                mark = getattr(v, sources, None)
+                if mark:
+                    marks[i] = mark
+                else:
+                    marks.pop(i, None)
+        self._raw, self._vals = [cell._value for cell in self._cells], vals
+        return vals
+
     def replay(self, seed: int = 0, offset: int = 0) -> None:
         """Run the graph once: its outputs are stored into the cells it writes."""
-        args = self.arguments(seed, offset)
+        vals = self._inputs()
+        args = list(self.constants)
+        for slot, v in zip(self._slots, vals):
+            args[slot] = v
+        for s, o, delta in self.rng:
+            args[s], args[o] = seed, offset + delta
+        marks = self._marks  # (the unread or failed checks the inputs come from)
+        parents = asserts.merged(marks.values()) if marks and asserts.watching() else ()
         donated = tuple([slot for slot, cell in self.updatable if cell.owned])
         kept = self._kept.get(donated)
         if kept is None:
@@ -420,10 +470,15 @@ class Captured:
         values = self.program(donated, gone, rest)
         if mesh is not None:
             values = [mesh[3](v) for v in values]
+        n = len(self.out_cells)
         if self.checks:  # (the value after the cells' is the recorded ops' checks)
-            n = len(self.out_cells)
-            # (its results are followed, so what later replays compute from them is too)
-            asserts.expect(values[n], self.check_specs, self.program.name, self.line, values[:n])
+            mark = asserts.expect(
+                values[n], self.check_specs, self.program.name, self.line, values[:n], None, parents
+            )
+        else:
+            if parents:
+                asserts.follow(asserts._values(values[:n]), parents)
+            mark = parents
         for cells, value in zip(self.out_cells, values):
             if len(cells) == 1:
                 cells[0].own(value)
@@ -434,6 +489,15 @@ class Captured:
             cell.array = args[slot]
         for cell, value in self.constant_writes:
             cell.array = value
+        raw, vals = self._raw, self._vals
+        for i, cell in self._fed:  # (the program's values: the shapes it takes)
+            raw[i] = vals[i] = cell._value
+            if mark:
+                marks[i] = mark
+            else:
+                marks.pop(i, None)
+        for i in self._stale:
+            raw[i] = _STALE
         self.replays += 1
         metrics.count("graph_replays")
 

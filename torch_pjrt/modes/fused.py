@@ -170,6 +170,7 @@ class _Graph:
             replay_program,
             describe_recording,
             placed=lambda key: index,
+            follows=False,  # (each op's outputs are marked as it is recorded)
         )
         self._clear()
 

@@ -300,14 +300,17 @@ def _values(tree, out: list | None = None) -> list:
     return out
 
 
-def expect(flags, specs, op: str, line, results, inputs=None) -> None:
+def expect(flags, specs, op: str, line, results, inputs=None, parents=None) -> None:
     """Checks a program ran for ``op`` (called at ``line``: 'file:line' or
     ``events.user_site``'s pair), read at the next host sync: ``flags`` (their packed
     array or pending value) and ``specs`` (:class:`Checked`'s); ``results`` (a tree of
     arrays or pending values) raise the error when read if one fails, and so does every
-    value computed from them (:func:`derive`)."""
+    value computed from them (:func:`derive`). ``parents``: the checks the program's
+    inputs come from (:func:`origins`), when the caller knows them; else those the
+    executor marked the results with. Returns what the results are marked with."""
     values = _values(results)
-    parents = origins(values)  # (the executor marked them with their inputs' checks)
+    if parents is None:
+        parents = origins(values)
     if flags.__class__ is _ArrayImpl:  # on its way to the host as soon as it is computed
         if one_device and _copy_one is not None:
             _copy_one(flags)
@@ -326,6 +329,7 @@ def expect(flags, specs, op: str, line, results, inputs=None) -> None:
         verify()
     elif _read_soon:  # (those computed already: no recording is cut for it)
         verify(ready_only=True)
+    return mine
 
 
 def _value(x):
@@ -445,12 +449,22 @@ def origins(inputs) -> tuple:
     first = found[0]
     if all([f is first for f in found]):
         return first if _live(first) else ()
-    merged: list = []  # (a foreach op's list of values from the same checks: once each)
+    return merged(found)  # (a foreach op's list of values from the same checks: once each)
+
+
+def merged(found) -> tuple:
+    """The checks of several values' marks (what :func:`follow` set), those unread or
+    failed, each once."""
+    out: list = []
+    last = None
     for sources in found:
+        if sources is last:  # (values of one program: one mark)
+            continue
+        last = sources
         for r in sources:
-            if (not r.read or r.error is not None) and r not in merged:
-                merged.append(r)
-    return tuple(merged)
+            if (not r.read or r.error is not None) and r not in out:
+                out.append(r)
+    return tuple(out)
 
 
 def follow(values, sources: tuple) -> None:

@@ -116,6 +116,9 @@ class Program:
         unchecked: ``key -> key``: the key of the same program traced without its value
             checks (itself for such a key); given, a call on inputs that passed the
             checks of its key already runs that one (``asserts.passed``).
+        follows: whether a call marks its outputs with the unread or failed checks its
+            inputs come from (``asserts.derive``); False for clients that do it
+            themselves (a fused recording, op by op; a replay, from what it knows).
     """
 
     __slots__ = (
@@ -132,6 +135,7 @@ class Program:
         "lowered",
         "unchecked",
         "checked",
+        "follows",
     )
 
     def __init__(
@@ -143,6 +147,7 @@ class Program:
         kind: str | None = None,
         placed: Callable | None = None,
         unchecked: Callable | None = None,
+        follows: bool = True,
     ):
         self.scope = scope
         self.name = name
@@ -157,6 +162,7 @@ class Program:
         self.lowered = False  # lower() traced: the next call compiles what it traced
         self.unchecked = unchecked
         self.checked: dict = {}  # key of a program stating value checks -> its unchecked key
+        self.follows = follows
 
     def jitted(self, key):
         """The jitted program of ``key`` (built on first use; compiled by its first call)."""
@@ -217,8 +223,7 @@ class Program:
         if self.traced is not None:  # jit traced: a new XLA program was compiled
             self.compiled()
         # values computed from an unread or failed check's results are marked as theirs
-        # (a fused recording marks its own, op by op, as it records them)
-        if asserts.watching() and self.scope != "fused":
+        if self.follows and asserts.watching():
             asserts.derive(args, out.results if out.__class__ is asserts.Checked else out)
         if out.__class__ is asserts.Checked:
             inputs = None
