@@ -37,8 +37,10 @@ def register() -> None:
         from torch_pjrt import distributed, ops
         from torch_pjrt.compile.dynamo import skip_torch_pjrt
         from torch_pjrt.device import accelerator, serialization
+        from torch_pjrt.kernels import attention
 
         ops.install()
+        attention.install()  # F.scaled_dot_product_attention: the kernel or XLA, per chip
         accelerator.install()  # torch.accelerator: what C++ hooks would have done
         serialization.register()
         skip_torch_pjrt()

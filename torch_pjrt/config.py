@@ -26,6 +26,7 @@ __all__ = ["FALLBACKS", "MODES", "Config", "config", "op_path", "settings"]
 
 MODES = ("debug", "eager", "fused")
 FALLBACKS = ("cpu", "error")
+ATTENTION = ("auto", "kernel", "xla")
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
@@ -266,8 +267,14 @@ class Config:
         collective_timeout: seconds a rank waits for the others before a collective, or
             None for the process group's timeout (``TORCH_PJRT_COLLECTIVE_TIMEOUT``).
 
-    The last six are the launcher's: their variables are read each time they are used
-    (unless code set the field), as a launcher may set them after ``import torch_pjrt``.
+        attention: the path of ``F.scaled_dot_product_attention`` on pjrt tensors:
+            ``"auto"`` (the flash kernel on accelerators for long sequences, XLA on the
+            CPU), ``"kernel"`` or ``"xla"`` (``TORCH_PJRT_ATTENTION``; see
+            :mod:`torch_pjrt.kernels.attention` and docs/kernels.md). Read at each call.
+
+    The six before ``attention`` are the launcher's: their variables are read each time
+    they are used (unless code set the field), as a launcher may set them after
+    ``import torch_pjrt``.
     """
 
     fallback: str = _field("cpu", "TORCH_PJRT_FALLBACK", _Choice(FALLBACKS))
@@ -298,6 +305,7 @@ class Config:
     collective_timeout: float | None = _field(
         None, "TORCH_PJRT_COLLECTIVE_TIMEOUT", _Seconds(True, optional=True), live=True
     )
+    attention: str = _field("auto", "TORCH_PJRT_ATTENTION", _Choice(ATTENTION))
 
     def __setattr__(self, name: str, value) -> None:
         # every write, the dataclass __init__'s included, goes through the check
