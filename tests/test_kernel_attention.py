@@ -120,3 +120,69 @@ def test_no_grad_inference_mode_and_compiled_take_the_same_paths():
 def test_a_bad_setting_says_what_is_allowed():
     with pytest.raises(ValueError, match="one of auto, kernel, xla"):
         torch_pjrt.config(attention="flash")
+
+
+def _llama(attn_implementation):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=100,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
+    torch.manual_seed(0)
+    reference = LlamaForCausalLM(config).eval()  # (transformers' SDPA attention, CPU)
+    model = LlamaForCausalLM._from_config(config, attn_implementation=attn_implementation)
+    model.load_state_dict(reference.state_dict())
+    return reference, model.eval().to("pjrt")
+
+
+@pytest.mark.parametrize("setting", ["auto", "kernel"])
+def test_hugging_face_attn_implementation_pjrt(setting):
+    """``attn_implementation="pjrt"``: a batch without padding runs the kernel (the
+    reference on the CPU with ``auto``, the Pallas kernel with ``kernel``), a padded
+    one transformers' SDPA attention; logits and greedy tokens as the CPU model's."""
+    reference, model = _llama("pjrt")
+    ids = torch.randint(0, 100, (2, 12), generator=torch.Generator().manual_seed(2))
+    padded = torch.ones_like(ids)
+    padded[1, :4] = 0
+    with torch.no_grad(), torch_pjrt.config(attention=setting):
+        torch_pjrt.metrics.reset()
+        got = model(ids.to("pjrt")).logits.cpu()
+        assert _paths() == {"kernel": 2}  # (one call a layer)
+        torch.testing.assert_close(got, reference(ids).logits)
+        torch_pjrt.metrics.reset()
+        got = model(ids.to("pjrt"), attention_mask=padded.to("pjrt")).logits.cpu()
+        assert _paths() == {"xla": 2}
+        want = reference(ids, attention_mask=padded).logits
+        torch.testing.assert_close(got[padded.bool()], want[padded.bool()])
+        tokens = model.generate(ids[:1].to("pjrt"), max_new_tokens=6, do_sample=False)
+        assert torch.equal(
+            tokens.cpu(), reference.generate(ids[:1], max_new_tokens=6, do_sample=False)
+        )
+
+
+def test_pjrt_attention_is_registered_whichever_is_imported_first():
+    """The import hook registers ``"pjrt"`` when transformers' modules load after
+    torch_pjrt; loaded before, they are registered at once."""
+    import subprocess
+    import sys
+
+    check = (
+        "from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS; "
+        "from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS; "
+        "print('pjrt' in ALL_ATTENTION_FUNCTIONS, 'pjrt' in ALL_MASK_ATTENTION_FUNCTIONS)"
+    )
+    for first in (
+        "import torch_pjrt; " + check,
+        check.replace("print(", "import torch_pjrt; print("),
+    ):
+        out = subprocess.run(
+            [sys.executable, "-c", first], capture_output=True, text=True, timeout=300
+        )
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split()[-2:] == ["True", "True"], out.stdout

@@ -25,6 +25,12 @@ whatever the setting. Which path a call that the kernel takes goes to is the set
 Each call counts its path in ``torch_pjrt.metrics`` (table ``attention_paths``). Under
 ``torch.compile`` the choice is made while Dynamo traces, and the graph holds the
 kernel's op or the math path's ops. See docs/kernels.md, "F.scaled_dot_product_attention on pjrt".
+
+Hugging Face models: ``attn_implementation="pjrt"`` (:func:`hf_attention`,
+registered with transformers' ``AttentionInterface`` and ``AttentionMaskInterface`` when
+transformers' modules load: ``runtime.imports.after_import``; nothing of transformers is
+imported for it) runs the kernel for the calls with no mask, with the model's
+sliding window and logit soft-cap, and transformers' SDPA attention for the others.
 """
 
 from __future__ import annotations
@@ -33,9 +39,10 @@ import torch
 
 from torch_pjrt.config import settings
 from torch_pjrt.runtime import events as metrics
+from torch_pjrt.runtime.imports import after_import
 from torch_pjrt.runtime.platform import current_platform
 
-__all__ = ["choose", "install"]
+__all__ = ["choose", "hf_attention", "install"]
 
 _SDPA = torch.ops.aten.scaled_dot_product_attention.default
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
@@ -90,14 +97,90 @@ def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, **k
     return flash_attention(query, key, value, causal=is_causal, scale=scale, impl="pallas")
 
 
+# --- Hugging Face: attn_implementation="pjrt" -------------------------------------
+
+HF_NAME = "pjrt"  # (a name with "flash" in it is taken for a FlashAttention package)
+_IMPL_OF = {"auto": "auto", "kernel": "pallas", "xla": "reference"}
+
+
+def hf_attention(
+    module,
+    query,
+    key,
+    value,
+    attention_mask,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    sliding_window: int | None = None,
+    softcap: float | None = None,
+    **kwargs,
+):
+    """transformers' attention function ``"pjrt"``: ``[batch, heads, seq, dim]`` in,
+    ``([batch, seq, heads, dim], None)`` out. With no ``attention_mask`` (transformers
+    leaves it out when a batch has no padding) and no dropout it is
+    ``torch.ops.pjrt.flash_attention`` (causal as transformers' SDPA attention decides:
+    the module's ``is_causal`` for more than one query), the model's ``sliding_window``
+    and ``softcap`` included, its ``impl`` following ``torch_pjrt.config(attention=...)``
+    (``"auto"``: XLA's reference on the CPU, the kernel on accelerators). Other calls, and
+    tensors not on pjrt, go to transformers' SDPA attention."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    is_causal = kwargs.get("is_causal")
+    causal = bool(
+        query.shape[2] > 1
+        and (getattr(module, "is_causal", True) if is_causal is None else is_causal)
+    )
+    dropout = dropout if getattr(module, "training", False) else 0.0
+    if (
+        attention_mask is not None
+        or dropout
+        or query.device.type != "pjrt"
+        or (sliding_window is not None and not causal)
+    ):
+        if softcap is not None:
+            raise ValueError(
+                f"attn_implementation='{HF_NAME}' runs a logit soft-cap only without an "
+                "attention mask (a batch with padding has one): use "
+                "attn_implementation='eager' for this model's padded batches"
+            )
+        return sdpa_attention_forward(  # (F.scaled_dot_product_attention counts its path)
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
+    from torch_pjrt.kernels.flash_attention import flash_attention
+
+    metrics.tally("attention_paths", "kernel")
+    out = flash_attention(
+        query,
+        key,
+        value,
+        causal=causal,
+        scale=scaling,
+        window=sliding_window,
+        softcap=softcap,
+        impl=_IMPL_OF[settings.attention],
+    )
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _register_attention(module) -> None:
+    module.AttentionInterface.register(HF_NAME, hf_attention)
+
+
+def _register_mask(module) -> None:
+    module.AttentionMaskInterface.register(HF_NAME, module.sdpa_mask)
+
+
 _lib = None
 
 
 def install() -> None:
-    """Give ``aten::scaled_dot_product_attention`` its pjrt kernel; idempotent."""
+    """Give ``aten::scaled_dot_product_attention`` its pjrt kernel, and register
+    ``"pjrt"`` with transformers when its modules load; idempotent."""
     global _lib
     if _lib is not None:
         return
     _lib = torch.library.Library("aten", "IMPL")
     for key in ("PrivateUse1", "AutogradPrivateUse1"):
         _lib.impl("scaled_dot_product_attention", _sdpa, key)
+    after_import("transformers.modeling_utils", _register_attention)
+    after_import("transformers.masking_utils", _register_mask)
