@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import torch_pjrt
+from tests.hf_families import VOCAB
 from torch_pjrt.kernels import attention
 
 
@@ -122,23 +123,18 @@ def test_a_bad_setting_says_what_is_allowed():
         torch_pjrt.config(attention="flash")
 
 
-def _llama(attn_implementation):
-    from transformers import LlamaConfig, LlamaForCausalLM
+def _llama():
+    """tests/hf_families.py's small Llama (transformers' SDPA attention, CPU) and a copy
+    on pjrt with ``attn_implementation="pjrt"``."""
+    import copy
 
-    config = LlamaConfig(
-        vocab_size=100,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-    )
+    from tests.hf_families import FAMILIES  # (transformers imported here: slow)
+
     torch.manual_seed(0)
-    reference = LlamaForCausalLM(config).eval()  # (transformers' SDPA attention, CPU)
-    model = LlamaForCausalLM._from_config(config, attn_implementation=attn_implementation)
-    model.load_state_dict(reference.state_dict())
-    return reference, model.eval().to("pjrt")
+    reference = FAMILIES["llama"].build().eval()
+    model = copy.deepcopy(reference)
+    model.set_attn_implementation("pjrt")
+    return reference, model.to("pjrt")
 
 
 @pytest.mark.parametrize("setting", ["auto", "kernel"])
@@ -146,8 +142,9 @@ def test_hugging_face_attn_implementation_pjrt(setting):
     """``attn_implementation="pjrt"``: a batch without padding runs the kernel (the
     reference on the CPU with ``auto``, the Pallas kernel with ``kernel``), a padded
     one transformers' SDPA attention; logits and greedy tokens as the CPU model's."""
-    reference, model = _llama("pjrt")
-    ids = torch.randint(0, 100, (2, 12), generator=torch.Generator().manual_seed(2))
+    reference, model = _llama()
+    assert model.config._attn_implementation == "pjrt"
+    ids = torch.randint(3, VOCAB, (2, 12), generator=torch.Generator().manual_seed(2))
     padded = torch.ones_like(ids)
     padded[1, :4] = 0
     with torch.no_grad(), torch_pjrt.config(attention=setting):
