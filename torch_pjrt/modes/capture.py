@@ -297,6 +297,14 @@ def _packing(fn, k: int):
     return packed
 
 
+def _make_reshapes(shapes: tuple):
+    return lambda *values: [v.reshape(shape) for v, shape in zip(values, shapes)]
+
+
+# the inputs a replay takes in other shapes than their cells hold (a cache an eager
+# prefill wrote), all in one program
+_reshaped = executor.helper("graph input reshape", _make_reshapes, maxsize=256)
+
 _MAX_PROGRAMS = 64
 _programs: dict = {}  # what a capture recorded -> its executor.Program (see Captured)
 
@@ -399,8 +407,9 @@ class Captured:
             {position[id(c)] for c in written if id(c) in position} - fed
         )  # cells read and written that a replay checks again after (shape, owner)
 
-    def _value(self, slot: int, cell):
-        """``cell``'s value as input ``slot`` takes it (its shape checked)."""
+    def _value(self, slot: int, cell, reshape: bool = True):
+        """``cell``'s value as input ``slot`` takes it (its shape checked; left in the
+        cell's shape of the same size unless ``reshape``)."""
         v = cell._value
         if v is None or v.__class__ is Pending:
             v = cell.materialize()
@@ -414,7 +423,8 @@ class Captured:
                     "shapes it was captured with: copy_ new values into the captured "
                     "tensors, or capture a graph for the new shape."
                 )
-            v = v.reshape(want.shape)
+            if reshape:
+                v = v.reshape(want.shape)
         return v
 
     def arguments(self, seed: int = 0, offset: int = 0) -> list:
@@ -434,15 +444,22 @@ class Captured:
         if last is not None and not any(map(_is_not, raw, last)):
             return self._vals
         vals = list(self._vals) if last is not None else [None] * len(raw)
-        marks, sources = self._marks, asserts.SOURCES
+        marks, sources, wanted = self._marks, asserts.SOURCES, self.wanted
+        odd = []  # (the values held in another shape of the same size)
         for i, (slot, cell) in enumerate(self.cell_slots):
             if last is None or raw[i] is not last[i]:
-                v = vals[i] = self._value(slot, cell)
+                v = vals[i] = self._value(slot, cell, reshape=False)
+                if v.shape != wanted[slot].shape:
+                    odd.append(i)
                 mark = getattr(v, sources, None)
                 if mark:
                     marks[i] = mark
                 else:
                     marks.pop(i, None)
+        if odd:  # one program for them all (an eager reshape costs ~30-50 us each)
+            shapes = tuple([wanted[self._slots[i]].shape for i in odd])
+            for i, v in zip(odd, _reshaped(shapes)(*[vals[i] for i in odd])):
+                vals[i] = v
         self._raw, self._vals = [cell._value for cell in self._cells], vals
         return vals
 
