@@ -297,6 +297,15 @@ def _packing(fn, k: int):
     return packed
 
 
+def _note(marks: dict, i: int, mark) -> None:
+    """Input ``i``'s value comes from the checks ``mark`` (what ``asserts`` marked it
+    with; none when empty)."""
+    if mark:
+        marks[i] = mark
+    else:
+        marks.pop(i, None)
+
+
 def _make_reshapes(shapes: tuple):
     return lambda *values: [v.reshape(shape) for v, shape in zip(values, shapes)]
 
@@ -430,9 +439,13 @@ class Captured:
     def arguments(self, seed: int = 0, offset: int = 0) -> list:
         """Every input slot's value for a replay now: the cells' arrays, the baked
         numbers, and the random ops' (seed, offset)."""
+        return self._slot_values([self._value(s, c) for s, c in self.cell_slots], seed, offset)
+
+    def _slot_values(self, vals: list, seed, offset) -> list:
+        """Every input slot's value, given the cells' (``vals``, in ``cell_slots``' order)."""
         args = list(self.constants)
-        for slot, cell in self.cell_slots:
-            args[slot] = self._value(slot, cell)
+        for slot, v in zip(self._slots, vals):
+            args[slot] = v
         for s, o, delta in self.rng:
             args[s], args[o] = seed, offset + delta
         return args
@@ -451,11 +464,7 @@ class Captured:
                 v = vals[i] = self._value(slot, cell, reshape=False)
                 if v.shape != wanted[slot].shape:
                     odd.append(i)
-                mark = getattr(v, sources, None)
-                if mark:
-                    marks[i] = mark
-                else:
-                    marks.pop(i, None)
+                _note(marks, i, getattr(v, sources, None))
         if odd:  # one program for them all (an eager reshape costs ~30-50 us each)
             shapes = tuple([wanted[self._slots[i]].shape for i in odd])
             for i, v in zip(odd, _reshaped(shapes)(*[vals[i] for i in odd])):
@@ -465,12 +474,7 @@ class Captured:
 
     def replay(self, seed: int = 0, offset: int = 0) -> None:
         """Run the graph once: its outputs are stored into the cells it writes."""
-        vals = self._inputs()
-        args = list(self.constants)
-        for slot, v in zip(self._slots, vals):
-            args[slot] = v
-        for s, o, delta in self.rng:
-            args[s], args[o] = seed, offset + delta
+        args = self._slot_values(self._inputs(), seed, offset)
         marks = self._marks  # (the unread or failed checks the inputs come from)
         parents = asserts.merged(marks.values()) if marks and asserts.watching() else ()
         donated = tuple([slot for slot, cell in self.updatable if cell.owned])
@@ -494,7 +498,7 @@ class Captured:
             )
         else:
             if parents:
-                asserts.follow(asserts._values(values[:n]), parents)
+                asserts.follow(values[:n], parents)
             mark = parents
         for cells, value in zip(self.out_cells, values):
             if len(cells) == 1:
@@ -509,10 +513,7 @@ class Captured:
         raw, vals = self._raw, self._vals
         for i, cell in self._fed:  # (the program's values: the shapes it takes)
             raw[i] = vals[i] = cell._value
-            if mark:
-                marks[i] = mark
-            else:
-                marks.pop(i, None)
+            _note(marks, i, mark)
         for i in self._stale:
             raw[i] = _STALE
         self.replays += 1
