@@ -35,12 +35,15 @@ def register() -> None:
             "pjrt", backend_module=DeviceModule, hook=_Hooks(), device_guard=_Guard()
         )
         from torch_pjrt import distributed, ops
+        from torch_pjrt.compile import inductor
         from torch_pjrt.compile.dynamo import skip_torch_pjrt
         from torch_pjrt.device import accelerator, serialization
-        from torch_pjrt.kernels import attention
+        from torch_pjrt.kernels import attention, flex
 
         ops.install()
         attention.install()  # F.scaled_dot_product_attention: the kernel or XLA, per chip
+        flex.install()  # FlexAttention: past its device check
+        inductor.install()  # torch.compile's default backend: pjrt graphs to ours
         accelerator.install()  # torch.accelerator: what C++ hooks would have done
         serialization.register()
         skip_torch_pjrt()

@@ -10,6 +10,7 @@ import torch
 import torch.fx
 from torch._ops import OpOverload
 
+from torch_pjrt.compile import hops
 from torch_pjrt.compile.nodes import node_supported
 from torch_pjrt.compile.program import GraphProgram
 from torch_pjrt.compile.program import _spmd_collectives as _collectives
@@ -86,6 +87,7 @@ def _boxed(fn):
 
 
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str, replay: bool = False):
+    hops.inline(gm, _decompositions())
     calls = [n for n in gm.graph.nodes if n.op == "call_function"]
     supported = node_supported
     if not _one_group(calls):  # collectives of several groups: each runs on its own
