@@ -311,3 +311,70 @@ def test_index_copy_of_one_row_writes_that_row():
         return [cache, flat, first, scalar]
 
     _same_on_both(case)
+
+
+# (not bool: float bytes other than 0 and 1 read as bool are undefined in PyTorch)
+DTYPE_VIEWS = [
+    torch.int8,
+    torch.uint8,
+    torch.int16,
+    torch.bfloat16,
+    torch.float64,
+    torch.int64,
+    torch.complex64,
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPE_VIEWS, ids=str)
+def test_dtype_view_of_another_element_size_matches_cpu(dtype):
+    """``view(dtype)`` with a different element size: the last dimension scales, the
+    bytes are the same storage's, as on CPU."""
+    x = torch.randn(3, 8)
+    want = x.view(dtype)
+    got = x.to("pjrt").view(dtype)
+    assert (got.shape, got.stride()) == (want.shape, want.stride())
+    assert torch.equal(got.cpu().view(torch.uint8), want.view(torch.uint8))
+    sliced = x.to("pjrt")[:, 2:6].view(dtype)  # (a view with an offset)
+    assert sliced.storage_offset() == x[:, 2:6].view(dtype).storage_offset()
+    assert torch.equal(sliced.cpu().view(torch.uint8), x[:, 2:6].view(dtype).view(torch.uint8))
+
+
+@pytest.mark.parametrize("mode", ["eager", "fused"])
+def test_writes_through_a_dtype_view_reach_the_bytes(mode):
+    """vLLM's KV cache: one int8 buffer viewed as the model's dtype and written through
+    the view (slices, in-place ops); the buffer's bytes are CPU PyTorch's."""
+    with torch_pjrt.mode(mode):
+        results = []
+        for device in ("cpu", "pjrt"):
+            buf = torch.zeros(2 * 8 * 4, dtype=torch.int8, device=device)
+            cache = buf.view(torch.float32).view(2, 8)
+            cache[0].copy_(torch.arange(8.0))
+            cache[1, 2:5].fill_(-1.5)
+            cache.mul_(2)
+            results.append((buf.cpu(), cache.cpu()))
+        assert torch.equal(results[0][0], results[1][0])
+        assert torch.equal(results[0][1], results[1][1])
+
+
+VIEW_ERRORS = {
+    "last dim not divisible": lambda t: t[:, :3].view(torch.float64),
+    "last dim strided": lambda t: t.t().view(torch.int8),
+    "offset not aligned": lambda t: t.view(-1)[1:5].view(torch.float64),
+    "zero-dim": lambda t: t[0, 0].view(torch.int8),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VIEW_ERRORS))
+def test_impossible_dtype_views_raise_as_on_cpu(name):
+    x = torch.randn(3, 8)
+    with pytest.raises(RuntimeError) as want:
+        VIEW_ERRORS[name](x)
+    with pytest.raises(RuntimeError) as got:
+        VIEW_ERRORS[name](x.to("pjrt"))
+    assert str(got.value) == str(want.value)
+
+
+def test_compiled_dtype_view_of_another_element_size():
+    x = torch.randn(3, 8)
+    fn = torch.compile(lambda t: t.view(torch.int16) + 1, backend="pjrt")
+    assert torch.equal(fn(x.to("pjrt")).cpu(), x.view(torch.int16) + 1)

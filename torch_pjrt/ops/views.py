@@ -77,11 +77,9 @@ register_meta_views(implements)
 
 @implements(aten.view.dtype)
 def view_dtype(self, dtype):
-    if dtype.itemsize != self.dtype.itemsize:
-        raise NotImplementedError(
-            f"pjrt: viewing a {self.dtype} tensor as {dtype} (a different element size) is "
-            "not supported yet"
-        )
+    # PyTorch's Meta kernel makes the view (the last dimension scaled when the element
+    # sizes differ) and raises CPU's errors; reads and writes through a view of another
+    # dtype reinterpret the storage's bytes (device/tensor.py, _reinterpret)
     return aten.view.dtype.redispatch(_META, self, dtype)
 
 
