@@ -119,3 +119,60 @@ def test_fallback_error_from_the_environment():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert out.returncode != 0
     assert "LoweringMissing" in out.stderr
+
+
+def _t(device, n=3, dtype=torch.int8):
+    return torch.zeros(n, dtype=dtype, device=device)
+
+
+def _mask(device):
+    return torch.tensor([True, False, True], device=device)
+
+
+# a number given to an op that must convert it to the tensor's dtype (c10's
+# Scalar::to<T>): CPU refuses one that does not fit; pjrt must not wrap or saturate it
+NUMBERS_THAT_MUST_FIT = {
+    "full int8 300": lambda d: torch.full((2,), 300, dtype=torch.int8, device=d),
+    "full float16 1e6": lambda d: torch.full((2,), 1e6, dtype=torch.half, device=d),
+    "full float32 1e39": lambda d: torch.full((2,), 1e39, device=d),
+    "full int32 nan": lambda d: torch.full((2,), float("nan"), dtype=torch.int32, device=d),
+    "full float32 inf (fits)": lambda d: torch.full((2,), float("inf"), device=d),
+    "new_full": lambda d: _t(d).new_full((2,), 300),
+    "full_like": lambda d: torch.full_like(_t(d), 300),
+    "full_like uint8 -1 (wraps)": lambda d: torch.full_like(_t(d, dtype=torch.uint8), -1),
+    "fill_ uint8 -256": lambda d: _t(d, dtype=torch.uint8).fill_(-256),
+    "fill_ int8 127.5": lambda d: _t(d).fill_(127.5),
+    "fill_ bfloat16 1e39": lambda d: _t(d, dtype=torch.bfloat16).fill_(1e39),
+    "fill_ complex64 1e39j": lambda d: _t(d, dtype=torch.complex64).fill_(1e39j),
+    "fill_ float32 1+1j": lambda d: _t(d, dtype=torch.float32).fill_(1 + 1j),
+    "fill_ float32 1+0j (fits)": lambda d: _t(d, dtype=torch.float32).fill_(1 + 0j),
+    "fill_ bool 5 (fits)": lambda d: _t(d, dtype=torch.bool).fill_(5),
+    "masked_fill": lambda d: _t(d).masked_fill(_mask(d), 300),
+    "masked_fill tensor value": lambda d: _t(d).masked_fill(_mask(d), torch.tensor(300)),
+    "masked_fill tensor value (fits)": lambda d: _t(d).masked_fill(_mask(d), torch.tensor(-7)),
+    "index_fill": lambda d: _t(d).index_fill(0, torch.tensor([0], device=d), 300),
+    "scatter value": lambda d: _t(d).scatter(0, torch.tensor([0], device=d), 300),
+    "clamp min": lambda d: _t(d).clamp(min=300),
+    "clamp max": lambda d: _t(d).clamp(max=-300),
+    "clamp float bound (promotes)": lambda d: _t(d).clamp(min=2.5),
+    "fill_diagonal_": lambda d: _t(d, 4).view(2, 2).fill_diagonal_(300),
+    "lerp weight": lambda d: _t(d, 2, torch.float32).lerp(_t(d, 2, torch.float32), 1e40),
+    "threshold value": lambda d: torch.nn.functional.threshold(_t(d, 2), 1, 300),
+}
+
+
+@pytest.mark.parametrize("mode", ["fused", "eager"])
+@pytest.mark.parametrize("name", sorted(NUMBERS_THAT_MUST_FIT))
+def test_a_number_that_does_not_fit_the_dtype_raises_as_on_cpu(name, mode):
+    make = NUMBERS_THAT_MUST_FIT[name]
+    try:
+        want, error = make("cpu"), None
+    except RuntimeError as exc:
+        want, error = None, str(exc)
+    with torch_pjrt.mode(mode):
+        if error is not None:
+            with pytest.raises(RuntimeError) as got:
+                make("pjrt").cpu()
+            assert str(got.value) == error
+        else:
+            assert torch.equal(make("pjrt").cpu(), want)

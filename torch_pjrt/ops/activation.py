@@ -28,7 +28,7 @@ def relu(self):
     return jnp.maximum(self, jnp.zeros((), self.dtype))
 
 
-@lowers(aten.threshold.default)
+@lowers(aten.threshold.default, fits=("threshold", "value"))
 def threshold(self, threshold, value):
     return jnp.where(self <= scalar(threshold, self.dtype), scalar(value, self.dtype), self)
 

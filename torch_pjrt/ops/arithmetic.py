@@ -56,8 +56,10 @@ def mul(self, other):
     return self * other
 
 
-@lowers(aten.fill.Scalar)
+@lowers(aten.fill.Scalar, fits=("value",))
 def fill(self, value):
+    if jnp.iscomplexobj(value) and not jnp.iscomplexobj(self):
+        value = jnp.real(value)  # (its imaginary part is zero: checked on the host)
     return jnp.full(self.shape, value, self.dtype)
 
 
@@ -308,7 +310,7 @@ def heaviside(self, values):
     return jnp.where(self == 0, values, (self > 0).astype(self.dtype))
 
 
-@lowers(aten.lerp.Scalar, aten.lerp.Tensor)
+@lowers(aten.lerp.Scalar, aten.lerp.Tensor, fits=("weight",), fits_result=True)
 @promote()
 def lerp(self, end, weight):
     diff = end - self

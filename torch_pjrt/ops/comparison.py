@@ -141,7 +141,7 @@ def where(condition, self, other):
     return jnp.where(_truth(condition), cast(self, result), cast(other, result))
 
 
-@lowers(aten.clamp.default, aten.clamp.Tensor)
+@lowers(aten.clamp.default, aten.clamp.Tensor, fits=("min", "max"), fits_result=True)
 @promote()
 def clamp(self, min=None, max=None):
     if min is None and max is None:
@@ -154,13 +154,13 @@ def clamp(self, min=None, max=None):
     return out
 
 
-@lowers(aten.clamp_min.default, aten.clamp_min.Tensor)
+@lowers(aten.clamp_min.default, aten.clamp_min.Tensor, fits=("min",), fits_result=True)
 @promote()
 def clamp_min(self, min):
     return jnp.maximum(self, min)
 
 
-@lowers(aten.clamp_max.default, aten.clamp_max.Tensor)
+@lowers(aten.clamp_max.default, aten.clamp_max.Tensor, fits=("max",), fits_result=True)
 @promote()
 def clamp_max(self, max):
     return jnp.minimum(self, max)

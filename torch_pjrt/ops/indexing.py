@@ -30,6 +30,7 @@ from torch_pjrt.ops._helpers import (
 )
 from torch_pjrt.ops.registry import Kernel, Lowering, implements, lowers
 from torch_pjrt.ops.registry import lowers_in_graphs as in_graphs
+from torch_pjrt.ops.scalar_fits import c10_name, value_fits
 from torch_pjrt.ops.variants import _check_overlap, resize_output
 from torch_pjrt.runtime import asserts
 from torch_pjrt.runtime.transfer import torch_dtype
@@ -233,33 +234,30 @@ def masked_select_out(self, mask, *, out):
     return out.copy_(result)
 
 
-# c10's names of the types a Scalar converts to (``Scalar::to<T>``), as its overflow error
-# prints them
-_SCALAR_TYPES = {
-    torch.float32: "float",
-    torch.float64: "double",
-    torch.float16: "c10::Half",
-    torch.bfloat16: "c10::BFloat16",
-    torch.int64: "int64_t",
-    torch.int32: "int",
-    torch.int16: "int16_t",
-    torch.int8: "int8_t",
-    torch.uint8: "uint8_t",
-}
-
-
-@lowers(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
+@lowers(aten.masked_fill.Scalar, fits=("value",))
 def masked_fill(self, mask, value):
     value = jnp.asarray(value)
     # NOTE: the CPU refuses a complex value with a nonzero imaginary part for a real tensor,
     # PyTorch's Meta kernel (run after the lowering) any complex value: refused here, in the
     # CPU's words
-    name = _SCALAR_TYPES.get(torch_dtype(self.dtype))
+    name = c10_name(torch_dtype(self.dtype))
     check(
         name is None or not jnp.iscomplexobj(value),
         lambda: f"value cannot be converted to type {name} without overflow",
     )
     return jnp.where(mask, value.astype(self.dtype), self)
+
+
+@lowers(aten.masked_fill.Tensor)
+def masked_fill_tensor(self, mask, value):
+    # the value is a 0-dim tensor: whether it fits self's dtype is checked on the device
+    # (the CPU reads it: ``value.item()``)
+    asserts.check(
+        value_fits(value, self.dtype),
+        RuntimeError,
+        f"value cannot be converted to type {c10_name(torch_dtype(self.dtype))} without overflow",
+    )
+    return masked_fill(self, mask, value)
 
 
 @lowers(aten.masked_scatter.default)

@@ -29,6 +29,7 @@ from torch_pjrt.device.tensor import wrap, write
 from torch_pjrt.modes import fused
 from torch_pjrt.ops import checks, fallback
 from torch_pjrt.ops.fallback import LoweringMissing, declined
+from torch_pjrt.ops.scalar_fits import check_fits
 from torch_pjrt.runtime import asserts, executor
 from torch_pjrt.runtime import events as metrics
 
@@ -53,6 +54,8 @@ class Lowering:
     random: bool = False
     static: frozenset = frozenset()
     writes: tuple = ()
+    fits: tuple = ()  # Scalar arguments that must fit self's dtype (scalar_fits.py)
+    fits_result: bool = False  # ... the result type of self and the Scalar instead
 
 
 _TABLE: dict[OpOverload, Lowering] = {}
@@ -76,7 +79,14 @@ def _overloads(op) -> list[OpOverload]:
     raise TypeError(f"lowers() takes OpOverload or OpOverloadPacket objects, got {op!r}")
 
 
-def lowers(*ops, random: bool = False, static: tuple = (), writes: tuple = ()):
+def lowers(
+    *ops,
+    random: bool = False,
+    static: tuple = (),
+    writes: tuple = (),
+    fits: tuple = (),
+    fits_result: bool = False,
+):
     """Register a lowering for ATen ops; a packet expands to its functional overloads.
 
     Args:
@@ -87,6 +97,12 @@ def lowers(*ops, random: bool = False, static: tuple = (), writes: tuple = ()):
         writes: names of tensor arguments the op updates in place (batch norm's running
             statistics); the lowering returns the op's outputs followed by one new value
             (or None: unchanged) per name.
+        fits: names of ``Scalar`` arguments (a fill value, a clamp bound) that must be
+            representable in ``self``'s dtype: refused on the host with CPU PyTorch's
+            overflow error otherwise (``scalar_fits.py``). Overloads without such a
+            Scalar argument (``masked_fill.Tensor``) are not checked.
+        fits_result: check ``fits`` against the result type of ``self`` and the number
+            (``torch.result_type``: ops that promote, as ``clamp``) instead.
 
     A lowering may return None for an output the op leaves undefined (``output_mask``).
 
@@ -101,7 +117,9 @@ def lowers(*ops, random: bool = False, static: tuple = (), writes: tuple = ()):
             for op in _overloads(packet_or_op):
                 if op in _TABLE:
                     raise RuntimeError(f"{op} has two lowerings: {_TABLE[op].fn} and {fn}")
-                _TABLE[op] = Lowering(fn, random, frozenset(static), tuple(writes))
+                _TABLE[op] = Lowering(
+                    fn, random, frozenset(static), tuple(writes), tuple(fits), fits_result
+                )
         return fn
 
     return register
@@ -300,6 +318,15 @@ class Kernel:
             or any(sig.kinds[i] == _TENSOR_LIST for i in sig.arrays)
         )
         self._scalar_defaults = [sig.defaults[i] for i in sig.scalars]
+        # Scalar arguments whose values must fit self's dtype (None: none)
+        self.fits = (
+            tuple(
+                sig.index[n]
+                for n in lowering.fits
+                if n in sig.index and sig.kinds[sig.index[n]] == _SCALAR
+            )
+            or None
+        )
         # positional arguments given -> the defaults that complete them
         self._tails = {n: tuple(sig.defaults[n:]) for n in range(len(sig.defaults) + 1)}
 
@@ -360,6 +387,8 @@ class Kernel:
         """Run the lowering (in fused mode: record it); returns (JAX result, device index)."""
         sig = self.sig
         vals = sig.values(args, kwargs)
+        if self.fits is not None:
+            self._check_fits(vals)
         index = _device_index(vals, sig)
         path = op_path()
         lazy = path == "fused"
@@ -394,6 +423,14 @@ class Kernel:
             checks.after_op(self.op, args, kwargs, out, self.lowering.random)
         return out, index
 
+    def _check_fits(self, vals) -> None:
+        target = vals[self.sig.index["self"]]
+        for i in self.fits:
+            value = vals[i]
+            if value is not None:
+                promoted = self.lowering.fits_result
+                check_fits(value, torch.result_type(target, value) if promoted else target.dtype)
+
     def _check_arguments(self, args, kwargs) -> None:
         """PyTorch's own checks of the op's arguments (shapes, dims, dtypes, the values of
         static arguments), made by its Meta kernel on meta copies of them while a call
@@ -417,6 +454,8 @@ class Kernel:
         if tail is None:
             return None
         vals = args + tail
+        if self.fits is not None:
+            self._check_fits(vals)
         bound = binding.plain_arrays(vals, sig.arrays)
         if bound is None:
             return None

@@ -94,7 +94,7 @@ def _scatter_where(self, dim, index) -> tuple:
     return _along(index, dim)
 
 
-@lowers(aten.scatter)
+@lowers(aten.scatter, fits=("value",))
 def scatter(self, dim, index, src=None, value=None, reduce=None):
     if index.size == 0:
         return self
@@ -208,7 +208,7 @@ def index_copy(self, dim, index, source):
     return self.at[where].set(source).reshape(shape)
 
 
-@lowers(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
+@lowers(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor, fits=("value",))
 def index_fill(self, dim, index, value):
     shape = self.shape
     self = _as_1d(self)
