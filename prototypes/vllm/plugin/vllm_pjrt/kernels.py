@@ -1,0 +1,38 @@
+"""Torch-op replacements for the vLLM Triton kernels on the decode path."""
+
+import torch
+
+
+def compute_slot_mapping_kernel(
+    num_tokens,
+    max_num_tokens,
+    query_start_loc_ptr,  # [num_reqs + 1], int32
+    positions_ptr,  # [num_tokens], int64
+    block_table_ptr,  # [max_num_reqs, max_num_blocks_per_req], int32
+    block_table_stride,
+    slot_mapping_ptr,  # [max_num_tokens], int64 (written)
+    KV_CACHE_BLOCK_SIZE,
+    TOTAL_CP_WORLD_SIZE,
+    TOTAL_CP_RANK,
+    CP_KV_CACHE_INTERLEAVE_SIZE,
+    PAD_ID,
+    BLOCK_SIZE,
+):
+    """Same contract as vllm.v1.worker.block_table.ComputeSlotMappingKernel.kernel
+    (parameter names kept so the dispatcher forwards launch kwargs by name)."""
+    assert TOTAL_CP_WORLD_SIZE == 1, "context parallelism is not supported on pjrt"
+    num_tokens = int(num_tokens)
+    dev = slot_mapping_ptr.device
+    num_reqs = query_start_loc_ptr.shape[0] - 1
+    if num_tokens > 0:
+        qsl = query_start_loc_ptr.to(torch.int64)
+        tok = torch.arange(num_tokens, device=dev, dtype=torch.int64)
+        # request index of each token: number of request starts <= token - 1
+        req = torch.searchsorted(qsl[1 : num_reqs + 1], tok, right=True)
+        pos = positions_ptr[:num_tokens].to(torch.int64)
+        blk_idx = pos // KV_CACHE_BLOCK_SIZE
+        blocks = block_table_ptr[req, blk_idx].to(torch.int64)
+        slots = blocks * KV_CACHE_BLOCK_SIZE + (pos % KV_CACHE_BLOCK_SIZE)
+        slot_mapping_ptr[:num_tokens].copy_(slots)
+    if max_num_tokens > num_tokens:
+        slot_mapping_ptr[num_tokens:max_num_tokens].fill_(PAD_ID)
