@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import operator
 
@@ -29,6 +30,7 @@ from torch_pjrt.runtime import events as metrics
 __all__ = ["inline"]
 
 
+@functools.cache
 def _dense() -> dict:
     """Each higher-order op that has a dense implementation: the op, the function."""
     # (the package exports the op under the module's name: import the module itself)
@@ -42,15 +44,13 @@ def _dense() -> dict:
 def inline(gm: torch.fx.GraphModule, decompositions: dict) -> bool:
     """Replace each higher-order op with a dense implementation by its ATen ops, traced
     with ``decompositions``; whether the graph changed."""
-    dense = None
     changed = False
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or not isinstance(
             node.target, torch._ops.HigherOrderOperator
         ):
             continue
-        dense = _dense() if dense is None else dense
-        fn = dense.get(node.target)
+        fn = _dense().get(node.target)
         if fn is not None and _inline_node(gm, node, fn, decompositions):
             changed = True
     if changed:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 
 import torch
+from torch.utils._pytree import tree_leaves
 
 from torch_pjrt.runtime import events as metrics
 from torch_pjrt.runtime.imports import after_import
@@ -37,8 +38,6 @@ def _pjrt(value) -> bool:
 def _on_pjrt(gm, example_inputs) -> bool:
     """Whether a graph works on pjrt tensors: takes one, or makes one (``create_block_mask``
     takes sizes only and builds its masks with ``device="pjrt"``)."""
-    from torch.utils._pytree import tree_leaves
-
     if any(_pjrt(x) for x in example_inputs):
         return True
     for node in getattr(getattr(gm, "graph", None), "nodes", ()):

@@ -318,7 +318,7 @@ class Kernel:
             or any(sig.kinds[i] == _TENSOR_LIST for i in sig.arrays)
         )
         self._scalar_defaults = [sig.defaults[i] for i in sig.scalars]
-        # Scalar arguments whose values must fit self's dtype (None: none)
+        # Scalar arguments whose values must fit self's dtype (None: none), and self's
         self.fits = (
             tuple(
                 sig.index[n]
@@ -327,6 +327,7 @@ class Kernel:
             )
             or None
         )
+        self._fits_self = sig.index.get("self")
         # positional arguments given -> the defaults that complete them
         self._tails = {n: tuple(sig.defaults[n:]) for n in range(len(sig.defaults) + 1)}
 
@@ -424,11 +425,10 @@ class Kernel:
         return out, index
 
     def _check_fits(self, vals) -> None:
-        target = vals[self.sig.index["self"]]
+        target, promoted = vals[self._fits_self], self.lowering.fits_result
         for i in self.fits:
             value = vals[i]
             if value is not None:
-                promoted = self.lowering.fits_result
                 check_fits(value, torch.result_type(target, value) if promoted else target.dtype)
 
     def _check_arguments(self, args, kwargs) -> None:
