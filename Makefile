@@ -19,12 +19,14 @@ all: test
 
 venv: $(STAMP)
 
-# Create the venv if missing, install the pinned deps, then the package itself
-# (editable, no deps so the lock file stays authoritative). Reruns whenever the
-# lock file or pyproject.toml changes.
-$(STAMP): requirements-lock.txt pyproject.toml
+# Create the venv if missing, install the pinned deps (vLLM's run-time deps too), vLLM
+# and xgrammar without theirs (docs/serving.md says why), then the package itself
+# (editable, no deps so the lock files stay authoritative). Reruns whenever a lock
+# file or pyproject.toml changes.
+$(STAMP): requirements-lock.txt requirements-vllm-lock.txt pyproject.toml
 	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
-	$(VPIP) install -r requirements-lock.txt
+	$(VPIP) install -r requirements-lock.txt -r requirements-vllm-lock.txt
+	$(VPIP) install --no-deps vllm==0.32.0 xgrammar==0.2.8 torch==2.13.0
 	$(VPIP) install --no-deps -e .
 	@touch $@
 

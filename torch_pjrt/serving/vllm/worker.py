@@ -1,22 +1,18 @@
-"""Worker for the pjrt device.
+"""The worker vLLM starts on a pjrt device: the device, the model runner, the KV budget.
 
-Derived from vLLM's GPU Worker (vllm/v1/worker/gpu_worker.py), with the CPU
-worker's simplifications (vllm/v1/worker/cpu_worker.py) copied in. It must NOT
-subclass or import CPUWorker: cpu_worker.py imports vllm.v1.worker.cpu.shm
-first thing, which monkeypatches process-wide (torch.accelerator.synchronize
-/ empty_cache / get_memory_info, torch.Tensor.pin_memory, torch.cuda.Event /
-Stream, and vllm.utils.torch_utils.async_tensor_h2d, which it makes ignore
-`device=` and return CPU tensors). With it imported, prompt logprobs failed
-with "Expected all tensors to be on the same device, but found at least two
-devices, pjrt:0 and cpu!" (gpu_model_runner.py _get_prompt_logprobs_dict ->
-sampler.gather_logprobs).
+Derived from vLLM's GPU ``Worker``, not from its CPU worker: importing
+``vllm.v1.worker.cpu_worker`` loads ``cpu/shm.py``, which patches process-wide
+(``torch.accelerator``'s memory calls, ``Tensor.pin_memory``, and vLLM's
+``async_tensor_h2d``, which then ignores ``device=`` and returns CPU tensors: prompt
+logprobs mixed pjrt and CPU tensors with it).
 """
+
+from __future__ import annotations
 
 import os
 from contextlib import AbstractContextManager, nullcontext
 
 import torch
-
 from vllm.config import CompilationMode, VllmConfig
 from vllm.logger import init_logger
 from vllm.platforms import current_platform
@@ -24,9 +20,11 @@ from vllm.utils.torch_utils import set_random_seed
 from vllm.v1.worker.gpu_worker import Worker, init_worker_distributed_environment
 from vllm.v1.worker.worker_base import CompilationTimes
 
-logger = init_logger(__name__)
+logger = init_logger("vllm.plugins.pjrt")
 
-DEFAULT_KV_CACHE_BYTES = 64 * 1024 * 1024
+# On the CPU platform the "device" memory is the host's, shared with everything else:
+# without --kv-cache-memory-bytes the KV cache gets this much, not a share of the host.
+CPU_KV_CACHE_BYTES = 1 << 30
 
 
 class PjrtWorker(Worker):
@@ -48,11 +46,7 @@ class PjrtWorker(Worker):
         self.parallel_config.disable_custom_all_reduce = True
 
     def init_device(self):
-        import torch_pjrt  # noqa: F401
-
-        index = current_platform.logical_device_id_to_visible_device_id(
-            self.local_rank
-        )
+        index = current_platform.logical_device_id_to_visible_device_id(self.local_rank)
         self.device = torch.device("pjrt", index)
         torch.pjrt.set_device(self.device)
 
@@ -73,7 +67,7 @@ class PjrtWorker(Worker):
 
         # Worker.init_device would call _init_workspace_and_model_runner();
         # like CPUWorker, build the runner directly (no workspace manager).
-        from vllm_pjrt.model_runner import PjrtModelRunner
+        from torch_pjrt.serving.vllm.model_runner import PjrtModelRunner
 
         self.model_runner = PjrtModelRunner(self.vllm_config, self.device)
 
@@ -91,18 +85,28 @@ class PjrtWorker(Worker):
 
     @torch.inference_mode()
     def determine_available_memory(self) -> int:
-        # Worker's version profiles torch.cuda / torch.accelerator memory
-        # (torch.accelerator.get_memory_info is unsupported on pjrt).
-        if self.compilation_config.mode != CompilationMode.NONE:
-            self.model_runner.profile_run()
+        """Bytes for the KV cache: ``kv_cache_memory_bytes`` when given; else the share
+        ``gpu_memory_utilization`` of the device's memory less what the model and one
+        profiling step hold (on the CPU platform, at most ``CPU_KV_CACHE_BYTES``)."""
         explicit = self.cache_config.kv_cache_memory_bytes
-        if explicit is not None:
+        if explicit is None or self.compilation_config.mode != CompilationMode.NONE:
+            self.model_runner.profile_run()  # also compiles for the largest batch
+        if explicit:
             size = int(explicit)
         else:
-            size = int(
-                os.environ.get("PJRT_VLLM_KV_CACHE_BYTES", DEFAULT_KV_CACHE_BYTES)
-            )
-        logger.info("pjrt: %d bytes for the KV cache", size)
+            free, total = torch.pjrt.mem_get_info(self.device)
+            used = torch.pjrt.max_memory_allocated(self.device)
+            size = int(total * self.cache_config.gpu_memory_utilization) - int(used)
+            if torch.pjrt.get_device_properties(self.device).platform == "cpu":
+                size = min(size, CPU_KV_CACHE_BYTES)
+            if size <= 0:
+                raise RuntimeError(
+                    f"pjrt: no memory left for the KV cache on {self.device} (the model "
+                    f"and a profiling step use {used} of {total} bytes at "
+                    f"gpu_memory_utilization={self.cache_config.gpu_memory_utilization}); "
+                    "raise --gpu-memory-utilization or pass --kv-cache-memory-bytes."
+                )
+        logger.info("pjrt: %d bytes for the KV cache on %s", size, self.device)
         return size
 
     def compile_or_warm_up_model(self) -> CompilationTimes:

@@ -15,7 +15,6 @@ from typing import ClassVar
 
 import numpy as np
 import torch
-
 from vllm.config import VllmConfig
 from vllm.v1.attention.backend import (
     AttentionBackend,

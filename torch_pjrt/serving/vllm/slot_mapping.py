@@ -1,9 +1,9 @@
-"""Torch-op replacements for the vLLM Triton kernels on the decode path."""
+"""The block table's slot-mapping kernel (a Triton kernel in vLLM) in torch ops."""
 
 import torch
 
 
-def compute_slot_mapping_kernel(
+def compute_slot_mapping(
     num_tokens,
     max_num_tokens,
     query_start_loc_ptr,  # [num_reqs + 1], int32

@@ -1,0 +1,421 @@
+"""vLLM on pjrt (issue 21): its own engine and ``vllm serve``, through the platform plugin
+that ``torch_pjrt[vllm]`` installs, checked against transformers' ``generate`` on CPU.
+
+Models are built here from configs with a locally trained tokenizer
+(tests/vllm_scripts/tiny_models.py). vLLM runs the way users run it, in child
+processes: ``tests/vllm_scripts/offline.py`` drives ``vllm.LLM``, and the server tests
+share a ``vllm serve`` on 127.0.0.1 (one a pytest worker). Every child
+runs with ``TORCH_PJRT_FALLBACK=error``: no op may fall back to the CPU.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import importlib.metadata
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+SCRIPTS = pathlib.Path(__file__).parent / "vllm_scripts"
+sys.path.insert(0, str(SCRIPTS))
+
+import tiny_models  # noqa: E402
+
+PROMPTS = [
+    "the quick",
+    "a journey of a thousand miles",
+    "how much wood would a woodchuck chuck if a woodchuck could chuck wood and",
+    "to",
+]
+BLOCK = 16  # the plugin's KV block size
+
+
+def _env() -> dict:
+    return {**os.environ, "TORCH_PJRT_FALLBACK": "error", "VLLM_LOGGING_LEVEL": "INFO"}
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory) -> pathlib.Path:
+    root = tmp_path_factory.mktemp("vllm_models")
+    for kind in tiny_models.KINDS:
+        tiny_models.build(kind, root / kind)
+    return root
+
+
+def _offline(models: pathlib.Path, scenario: str) -> tuple[dict, str]:
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPTS / "offline.py"), str(models), scenario],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=_env(),
+    )
+    log = proc.stdout + proc.stderr
+    results = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and results, f"offline.py {scenario} failed:\n{log[-6000:]}"
+    return json.loads(results[-1][len("RESULT ") :]), log
+
+
+def _prompt_lengths(path) -> list[int]:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path)
+    return [len(tok(p).input_ids) for p in PROMPTS]
+
+
+# --- the plugin -----------------------------------------------------------------------
+
+
+def test_plugin_is_registered_for_vllm():
+    (entry,) = [
+        e
+        for e in importlib.metadata.entry_points(group="vllm.platform_plugins")
+        if e.name == "pjrt"
+    ]
+    assert entry.load()() == "torch_pjrt.serving.vllm.platform.PjrtPlatform"
+
+
+# --- vllm.LLM -------------------------------------------------------------------------
+
+
+def test_llama_compiled_chunked_prefill_prefix_cache_and_seeded_sampling(models):
+    """The default (compiled) engine with a 16-token prefill budget, so the prompts of
+    19 and 29 tokens are prefilled in chunks; the second round hits the prefix cache."""
+    result, log = _offline(models, "llama")
+    want = tiny_models.greedy(models / "llama", PROMPTS, 12)
+    assert result["greedy"] == want
+    assert result["greedy_again"] == want
+    lengths = _prompt_lengths(models / "llama")
+    assert max(lengths) > 16  # the budget really splits a prompt
+    # vLLM caches whole blocks and always computes a prompt's last token
+    assert result["cached_tokens_again"] == [(n - 1) // BLOCK * BLOCK for n in lengths]
+    assert result["prefix_cache_hits"] > 0
+    for name, (first, again, other) in result["sampled"].items():
+        assert first == again, f"{name}: the same seed gave different tokens"
+        assert first != other, f"{name}: another seed gave the same tokens"
+        assert all(0 <= t < 300 for row in first for t in row)
+    _check_logprobs(models / "llama", result)
+    assert "model parameters on ['pjrt:0']" in log
+    assert "DYNAMO_TRACE_ONCE" in log and "'backend': 'pjrt'" in log
+
+
+def _check_logprobs(path, result):
+    """vLLM's logprobs (the top 3 after the first prompt) and prompt logprobs (top 2 at
+    each prompt position) against transformers' log-softmax on CPU."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    ids = tok(PROMPTS[0], return_tensors="pt").input_ids
+    with torch.no_grad():
+        logp = model(ids).logits[0].log_softmax(-1)
+    rows = [result["logprobs"]]
+    positions = [ids.shape[1] - 1]
+    rows += result["prompt_logprobs"]
+    positions += list(range(ids.shape[1] - 1))
+    for row, pos in zip(rows, positions):
+        top = logp[pos].topk(2).indices.tolist()
+        assert set(map(str, top)) <= set(row), (pos, top, row)
+        for token, value in row.items():
+            assert abs(value - logp[pos, int(token)].item()) < 1e-4, (pos, token)
+
+
+@pytest.mark.parametrize("scenario,kind", [("qwen2_eager", "qwen2"), ("gpt2", "gpt2")])
+def test_greedy_equal_to_transformers(models, scenario, kind):
+    result, log = _offline(models, scenario)
+    assert result["greedy"] == tiny_models.greedy(models / kind, PROMPTS, 12)
+    assert "model parameters on ['pjrt:0']" in log
+
+
+def test_preemption_keeps_outputs(models):
+    """A KV cache of 10 blocks for four requests that need 16: vLLM preempts and
+    recomputes, and the tokens stay transformers' tokens."""
+    result, _ = _offline(models, "preemption")
+    assert result["preemptions"] > 0
+    assert result["greedy40"] == tiny_models.greedy(models / "llama", PROMPTS, 40)
+
+
+def test_unsupported_options_name_themselves(models):
+    result, _ = _offline(models, "unsupported")
+    errors = result["errors"]
+    assert errors["lora"].startswith("NotImplementedError: pjrt: LoRA")
+    assert errors["speculative"].startswith("NotImplementedError: pjrt: speculative decoding")
+    assert errors["quantization"].startswith("NotImplementedError: pjrt: quantization (fp8)")
+
+
+# --- vllm serve -----------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_healthy(proc, url: str, timeout: float) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"vllm serve exited with {proc.returncode} while starting")
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"vllm serve not healthy after {timeout} s")
+
+
+class Server:
+    def __init__(self, model: pathlib.Path, log_path: pathlib.Path):
+        self.model = str(model)
+        port = _free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.log_path = log_path
+        self._log = open(log_path, "w")
+        self.proc = subprocess.Popen(
+            [
+                os.path.join(os.path.dirname(sys.executable), "vllm"),
+                "serve",
+                self.model,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--dtype",
+                "float32",
+                "--max-model-len",
+                "128",
+                "--max-num-seqs",
+                "8",
+                "--kv-cache-memory-bytes",
+                str(8 << 20),
+                "--seed",
+                "0",
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=_env(),
+        )
+
+    def client(self):
+        import openai
+
+        return openai.OpenAI(base_url=self.url + "/v1", api_key="none", timeout=300)
+
+    def metrics(self) -> dict[str, float]:
+        import httpx
+
+        found = {}
+        for line in httpx.get(self.url + "/metrics", timeout=30).text.splitlines():
+            if line.startswith("vllm:") and " " in line:
+                name = line.split("{")[0].split(" ")[0]
+                found[name] = found.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+        return found
+
+    def log(self) -> str:
+        if not self._log.closed:
+            self._log.flush()
+        return self.log_path.read_text()[-6000:]
+
+    def stop(self, sig=signal.SIGTERM, timeout: float = 60) -> int | None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                return None
+        self._log.close()
+        return self.proc.returncode
+
+
+@pytest.fixture(scope="module")
+def _servers():
+    running: list[Server] = []
+    yield running
+    for srv in running:
+        srv.stop(signal.SIGKILL)
+
+
+@pytest.fixture
+def server(models, _servers, tmp_path_factory) -> Server:
+    """The module's ``vllm serve`` (one a pytest worker), started again if a test
+    stopped it."""
+    if not _servers or _servers[-1].proc.poll() is not None:
+        srv = Server(models / "llama", tmp_path_factory.mktemp("vllm_serve") / "serve.log")
+        _servers.append(srv)
+        try:
+            _wait_healthy(srv.proc, srv.url, 300)
+        except AssertionError as e:
+            srv.stop(signal.SIGKILL)
+            raise AssertionError(f"{e}\n{srv.log()}") from None
+    return _servers[-1]
+
+
+@pytest.fixture(scope="module")
+def reference(models):
+    return lambda prompts, n, chat=False: tiny_models.greedy(models / "llama", prompts, n, chat)
+
+
+_GREEDY = {"temperature": 0, "extra_body": {"ignore_eos": True, "return_token_ids": True}}
+
+
+def test_serve_completions_equal_to_transformers(server, reference):
+    out = server.client().completions.create(
+        model=server.model, prompt=PROMPTS, max_tokens=12, **_GREEDY
+    )
+    got = [c.token_ids for c in sorted(out.choices, key=lambda c: c.index)]
+    assert got == reference(PROMPTS, 12)
+
+
+def test_serve_chat_completions_equal_to_transformers(server, reference):
+    messages = [{"role": "user", "content": "the quick brown"}]
+    out = server.client().chat.completions.create(
+        model=server.model, messages=messages, max_tokens=10, **_GREEDY
+    )
+    (want,) = reference([messages], 10, chat=True)
+    assert out.choices[0].token_ids == want
+    assert out.usage.completion_tokens == 10
+
+
+def test_serve_streaming_is_the_same_text(server):
+    client = server.client()
+    plain = client.completions.create(
+        model=server.model, prompt="to be or", max_tokens=10, **_GREEDY
+    )
+    stream = client.completions.create(
+        model=server.model, prompt="to be or", max_tokens=10, stream=True, **_GREEDY
+    )
+    assert "".join(c.choices[0].text for c in stream) == plain.choices[0].text
+    messages = [{"role": "user", "content": "all that glitters"}]
+    plain = client.chat.completions.create(
+        model=server.model, messages=messages, max_tokens=10, **_GREEDY
+    )
+    chunks = client.chat.completions.create(
+        model=server.model, messages=messages, max_tokens=10, stream=True, **_GREEDY
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == plain.choices[0].message.content
+
+
+def test_serve_eight_concurrent_requests(server, reference):
+    prompts = [
+        "the quick brown",
+        "a journey",
+        "to be or not",
+        "all that glitters",
+        "the rain in spain",
+        "she sells",
+        "how much wood",
+        "jax compiles programs",
+    ]
+    client = server.client()
+
+    def one(prompt):
+        out = client.completions.create(model=server.model, prompt=prompt, max_tokens=10, **_GREEDY)
+        return out.choices[0].token_ids
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(one, prompts))
+    assert got == reference(prompts, 10)
+
+
+def test_serve_bad_requests_get_http_errors_and_it_keeps_serving(server):
+    import httpx
+    import openai
+
+    client = server.client()
+    with pytest.raises(openai.BadRequestError, match="maximum context length is 128"):
+        client.completions.create(
+            model=server.model, prompt="the quick brown fox " * 60, max_tokens=4
+        )
+    with pytest.raises(openai.BadRequestError, match="max_tokens must be at least 1"):
+        client.completions.create(model=server.model, prompt="to", max_tokens=-1)
+    with pytest.raises(openai.NotFoundError, match="does not exist"):
+        client.completions.create(model="no/such/model", prompt="to", max_tokens=4)
+    bad = httpx.post(
+        server.url + "/v1/completions",
+        content=b'{"model": "x", "prompt": ',
+        headers={"Content-Type": "application/json"},
+        timeout=30,
+    )
+    assert bad.status_code == 400 and "JSON" in bad.text
+    out = client.completions.create(model=server.model, prompt="to", max_tokens=4, **_GREEDY)
+    assert len(out.choices[0].token_ids) == 4
+
+
+def test_serve_disconnect_mid_stream_frees_kv_blocks(server):
+    import httpx
+
+    body = {
+        "model": server.model,
+        "prompt": "the quick",
+        "max_tokens": 100,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    before = server.metrics().get("vllm:generation_tokens_total", 0)
+    with httpx.Client(timeout=120) as http:
+        with http.stream("POST", server.url + "/v1/completions", json=body) as response:
+            chunks = 0
+            for line in response.iter_lines():
+                chunks += line.startswith("data:")
+                if chunks == 3:
+                    during = server.metrics()
+                    break
+    assert during["vllm:num_requests_running"] == 1
+    assert during["vllm:kv_cache_usage_perc"] > 0
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        after = server.metrics()
+        if after["vllm:num_requests_running"] == 0 and after["vllm:kv_cache_usage_perc"] == 0:
+            break
+        time.sleep(0.2)
+    assert after["vllm:num_requests_running"] == 0
+    assert after["vllm:kv_cache_usage_perc"] == 0, "the aborted request kept its KV blocks"
+    assert after["vllm:generation_tokens_total"] - before < 100  # it stopped early
+
+
+def test_serve_shuts_down_cleanly_on_sigterm(server):
+    import psutil
+
+    children = psutil.Process(server.proc.pid).children(recursive=True)
+    assert children, "vllm serve runs its engine in a child process"
+    assert server.stop(signal.SIGTERM, timeout=60) == 0, server.log()
+    gone, alive = psutil.wait_procs(children, timeout=30)
+    assert not alive, f"left running after SIGTERM: {alive}"
+    assert "Application shutdown complete" in server.log()
+
+
+def test_serve_unknown_model_path_fails_at_start(tmp_path):
+    missing = tmp_path / "no-such-model"
+    proc = subprocess.run(
+        [
+            os.path.join(os.path.dirname(sys.executable), "vllm"),
+            "serve",
+            str(missing),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(_free_port()),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_env(),
+    )
+    assert proc.returncode != 0
+    assert str(missing) in proc.stdout + proc.stderr

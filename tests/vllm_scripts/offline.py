@@ -1,0 +1,150 @@
+"""vllm.LLM on pjrt, as a user runs it: one engine a scenario, results as JSON lines.
+
+    python offline.py MODELS_DIR SCENARIO...
+
+Each scenario prints ``RESULT <json>`` with the token ids vLLM produced; the test
+(tests/test_vllm.py) compares them with transformers on CPU. MODELS_DIR holds the
+models of tiny_models.py, one directory a kind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from vllm import LLM, SamplingParams
+
+PROMPTS = [
+    "the quick",
+    "a journey of a thousand miles",
+    "how much wood would a woodchuck chuck if a woodchuck could chuck wood and",
+    "to",
+]
+MAX_TOKENS = 12
+
+
+def _tokens(outputs) -> list[list[int]]:
+    return [list(o.outputs[0].token_ids) for o in outputs]
+
+
+def _metric(llm, name: str) -> float:
+    return sum(m.value for m in llm.get_metrics() if m.name == name and hasattr(m, "value"))
+
+
+_engines: list[LLM] = []
+
+
+def _engine(models: str, kind: str, **kwargs) -> LLM:
+    options = dict(
+        model=os.path.join(models, kind),
+        dtype="float32",
+        max_model_len=128,
+        max_num_seqs=4,
+        kv_cache_memory_bytes=8 << 20,
+        seed=0,
+        disable_log_stats=False,
+    )
+    options.update(kwargs)
+    _engines.append(LLM(**options))
+    return _engines[-1]
+
+
+def greedy(models: str, kind: str, **kwargs) -> dict:
+    llm = _engine(models, kind, **kwargs)
+    sp = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
+    return {"greedy": _tokens(llm.generate(PROMPTS, sp))}
+
+
+def llama(models: str) -> dict:
+    """The compiled default, with a prefill budget of 16 tokens (prompts of 19 and 29
+    tokens go in chunks), a second round served from the prefix cache, and sampling."""
+    llm = _engine(models, "llama", max_num_batched_tokens=16)
+    sp = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
+    first = llm.generate(PROMPTS, sp)
+    second = llm.generate(PROMPTS, sp)
+    sampled = {}
+    for name, params in {
+        "temperature": dict(temperature=0.8),
+        "top_k_top_p": dict(temperature=1.0, top_k=20, top_p=0.9),
+        "min_p_penalties": dict(
+            temperature=1.0,
+            min_p=0.05,
+            presence_penalty=0.5,
+            frequency_penalty=0.5,
+            repetition_penalty=1.2,
+        ),
+    }.items():
+        runs = []
+        for seed in (1, 1, 2):
+            p = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True, seed=seed, **params)
+            runs.append(_tokens(llm.generate(PROMPTS, p)))
+        sampled[name] = runs
+    lp = llm.generate(
+        PROMPTS[:1], SamplingParams(temperature=0.0, max_tokens=1, logprobs=3, prompt_logprobs=2)
+    )[0]
+    logprobs = {str(t): v.logprob for t, v in lp.outputs[0].logprobs[0].items()}
+    prompt_logprobs = [
+        {str(t): v.logprob for t, v in row.items()} for row in lp.prompt_logprobs[1:]
+    ]
+    return {
+        "logprobs": logprobs,
+        "prompt_logprobs": prompt_logprobs,
+        "greedy": _tokens(first),
+        "greedy_again": _tokens(second),
+        "cached_tokens_again": [o.num_cached_tokens for o in second],
+        "sampled": sampled,
+        "prefix_cache_hits": _metric(llm, "vllm:prefix_cache_hits"),
+    }
+
+
+def preemption(models: str) -> dict:
+    """A KV cache of 160 tokens for four requests that need 217: vLLM preempts."""
+    llm = _engine(models, "llama", enforce_eager=True, kv_cache_memory_bytes=81920)
+    sp = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
+    out = _tokens(llm.generate(PROMPTS, sp))
+    return {"greedy40": out, "preemptions": _metric(llm, "vllm:num_preemptions")}
+
+
+def unsupported(models: str) -> dict:
+    """Options the plugin does not support: the error each gives, before an engine starts."""
+    errors = {}
+    for name, options in {
+        "lora": dict(enable_lora=True),
+        "quantization": dict(quantization="fp8", dtype="bfloat16"),
+        "speculative": dict(
+            speculative_config={
+                "method": "ngram",
+                "num_speculative_tokens": 2,
+                "prompt_lookup_max": 2,
+            }
+        ),
+    }.items():
+        try:
+            _engine(models, "llama", **options)
+            errors[name] = None
+        except Exception as e:  # noqa: BLE001  (the test reads the type and message)
+            errors[name] = f"{type(e).__name__}: {e}"
+    return {"errors": errors}
+
+
+SCENARIOS = {
+    "llama": llama,
+    "qwen2_eager": lambda models: greedy(models, "qwen2", enforce_eager=True),
+    "gpt2": lambda models: greedy(models, "gpt2"),
+    "preemption": preemption,
+    "unsupported": unsupported,
+}
+
+
+def main() -> None:
+    models, names = sys.argv[1], sys.argv[2:]
+    for name in names:
+        result = SCENARIOS[name](models)
+        print("RESULT " + json.dumps({"scenario": name, **result}), flush=True)
+        while _engines:  # one engine process at a time
+            _engines.pop().llm_engine.engine_core.shutdown()
+
+
+if __name__ == "__main__":
+    main()
