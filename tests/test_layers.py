@@ -27,7 +27,7 @@ LAYERS = (
     ("ops",),  # lowerings, the registry, the fallback, debug-mode checks
     ("distributed", "compile", "diagnostics", "migrate", "kernels"),
     ("_registration", "torch_pjrt"),  # registering the device; the public names
-    ("cli",),  # the torch-pjrt command, a user of the public names
+    ("cli", "serving"),  # the torch-pjrt command, vLLM's plugin: users of the public names
 )
 LAYER = {package: i for i, layer in enumerate(LAYERS) for package in layer}
 

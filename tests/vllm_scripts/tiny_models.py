@@ -61,7 +61,7 @@ def tokenizer(path: pathlib.Path):
     return fast
 
 
-def build(kind: str, path) -> pathlib.Path:
+def build(kind: str, path, hidden: int = 64, layers: int = 2) -> pathlib.Path:
     """Write a tiny ``kind`` model (one of KINDS) with its tokenizer to path."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -80,9 +80,9 @@ def build(kind: str, path) -> pathlib.Path:
     else:
         config = AutoConfig.for_model(
             kind,
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
+            hidden_size=hidden,
+            intermediate_size=2 * hidden,
+            num_hidden_layers=layers,
             num_attention_heads=4,
             num_key_value_heads=2,
             max_position_embeddings=256,

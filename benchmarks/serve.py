@@ -1,0 +1,214 @@
+"""Serving throughput: ``vllm serve`` on pjrt against transformers' ``generate`` on CPU.
+
+Usage::
+
+    .venv/bin/python benchmarks/serve.py
+    .venv/bin/python benchmarks/serve.py --concurrency 1 4 16 --new-tokens 64 --json /tmp/s.json
+    .venv/bin/python benchmarks/serve.py --enforce-eager     # vLLM's eager path on pjrt
+
+The model is the tests' tiny Llama (``tests/vllm_scripts/tiny_models.py``: built from a
+config, a tokenizer trained on the spot, random weights from a fixed seed; ``--hidden``
+and ``--layers`` make it larger), float32.
+
+Rows:
+
+``CPU transformers``  ``generate`` on CPU PyTorch eager, one stream, greedy,
+                      ``--new-tokens`` tokens (``eos_token_id`` off), torch pinned to
+                      ``--threads`` threads (1 by default: the machine is shared)
+``pjrt vllm c=N``     ``vllm serve`` on pjrt (127.0.0.1), N streaming
+                      ``/v1/completions`` requests sent at once, each ``--new-tokens``
+                      greedy tokens (``ignore_eos``), distinct prompts
+
+Columns: ``tok/s`` (output tokens of all requests over the wall time from the first
+request sent to the last token received; median over ``--runs`` rounds after one warm-up
+round per concurrency, which compiles), ``x CPU`` (tok/s over CPU transformers'
+single-stream tok/s), ``TTFT ms`` (the median over the requests of the time to the first
+streamed token; for CPU, ``generate`` of one token). The targets of issue 21 item 4:
+c=16 at least 4x CPU, c=1 at least 1x. The load average is printed at start and end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import pathlib
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests" / "vllm_scripts"))
+
+import tiny_models  # noqa: E402
+
+PROMPTS = [
+    "the quick brown",
+    "a journey",
+    "to be or not",
+    "all that glitters",
+    "the rain in spain",
+    "she sells",
+    "how much wood",
+    "jax compiles programs",
+]
+
+
+def cpu_transformers(path, new_tokens: int, runs: int) -> dict:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    model.generation_config.eos_token_id = None
+    ids = tok(PROMPTS[0], return_tensors="pt").input_ids
+
+    def gen(n):
+        with torch.no_grad():
+            return model.generate(
+                ids,
+                max_new_tokens=n,
+                do_sample=False,
+                pad_token_id=tok.pad_token_id,
+                attention_mask=torch.ones_like(ids),
+            )
+
+    gen(new_tokens)  # warm-up
+    rates, firsts = [], []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        out = gen(new_tokens)
+        rates.append((out.shape[1] - ids.shape[1]) / (time.perf_counter() - t0))
+        t0 = time.perf_counter()
+        gen(1)
+        firsts.append(time.perf_counter() - t0)
+    return {"tok_s": statistics.median(rates), "ttft_ms": 1e3 * statistics.median(firsts)}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(path, max_seqs: int, eager: bool, log) -> tuple[subprocess.Popen, str]:
+    import httpx
+
+    port = _free_port()
+    cmd = [
+        os.path.join(os.path.dirname(sys.executable), "vllm"),
+        "serve", str(path), "--host", "127.0.0.1", "--port", str(port),
+        "--dtype", "float32", "--max-model-len", "256", "--max-num-seqs", str(max_seqs),
+        "--kv-cache-memory-bytes", str(64 << 20), "--seed", "0",
+        "--disable-log-requests",
+    ]  # fmt: skip
+    if eager:
+        cmd.append("--enforce-eager")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"vllm serve exited with {proc.returncode}; log: {log.name}")
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    proc.kill()
+    raise RuntimeError(f"vllm serve did not start; log: {log.name}")
+
+
+def one_request(url: str, model: str, prompt: str, new_tokens: int, t_start: float):
+    import httpx
+
+    body = {
+        "model": model, "prompt": prompt, "max_tokens": new_tokens, "temperature": 0,
+        "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True},
+    }  # fmt: skip
+    first = None
+    tokens = 0
+    with httpx.stream("POST", url + "/v1/completions", json=body, timeout=600) as r:
+        for line in r.iter_lines():
+            if not line.startswith("data:") or line.strip() == "data: [DONE]":
+                continue
+            chunk = json.loads(line[5:])
+            if first is None and chunk.get("choices"):
+                first = time.perf_counter() - t_start
+            if chunk.get("usage"):
+                tokens = chunk["usage"]["completion_tokens"]
+    return first, tokens, time.perf_counter()
+
+
+def round_at(url: str, model: str, concurrency: int, new_tokens: int) -> dict:
+    t0 = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
+        futures = [
+            pool.submit(
+                one_request, url, model, PROMPTS[i % len(PROMPTS)] + f" {i}", new_tokens, t0
+            )
+            for i in range(concurrency)
+        ]
+        results = [f.result() for f in futures]
+    end = max(r[2] for r in results)
+    tokens = sum(r[1] for r in results)
+    assert tokens == concurrency * new_tokens, (tokens, concurrency, new_tokens)
+    return {"tok_s": tokens / (end - t0), "ttft_ms": 1e3 * statistics.median(r[0] for r in results)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
+    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--hidden", type=int, default=64)
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--enforce-eager", action="store_true")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    print("load average at start: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    work = pathlib.Path(tempfile.mkdtemp(prefix="serve_bench_"))
+    path = tiny_models.build("llama", work / "llama", hidden=args.hidden, layers=args.layers)
+    rows = {"CPU transformers": cpu_transformers(path, args.new_tokens, args.runs)}
+    base = rows["CPU transformers"]["tok_s"]
+
+    with open(work / "serve.log", "w") as log:
+        proc, url = start_server(path, max(args.concurrency), args.enforce_eager, log)
+        try:
+            for c in args.concurrency:
+                round_at(url, str(path), c, args.new_tokens)  # warm-up: compiles
+                rounds = [round_at(url, str(path), c, args.new_tokens) for _ in range(args.runs)]
+                rows[f"pjrt vllm c={c}"] = {
+                    "tok_s": statistics.median(r["tok_s"] for r in rounds),
+                    "ttft_ms": statistics.median(r["ttft_ms"] for r in rounds),
+                }
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(60)
+
+    mode = "eager" if args.enforce_eager else "compiled"
+    print(
+        f"\ntiny Llama hidden {args.hidden}, {args.layers} layers, {args.new_tokens} new "
+        f"tokens a request, vLLM {mode}, torch threads {args.threads}"
+    )
+    print(f"{'':20} {'tok/s':>9} {'x CPU':>7} {'TTFT ms':>9}")
+    for name, row in rows.items():
+        print(f"{name:20} {row['tok_s']:9.1f} {row['tok_s'] / base:7.2f} {row['ttft_ms']:9.1f}")
+    print("\nload average at end: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps({"args": vars(args), "rows": rows}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
