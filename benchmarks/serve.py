@@ -104,7 +104,6 @@ def start_server(path, max_seqs: int, eager: bool, log) -> tuple[subprocess.Pope
         "serve", str(path), "--host", "127.0.0.1", "--port", str(port),
         "--dtype", "float32", "--max-model-len", "256", "--max-num-seqs", str(max_seqs),
         "--kv-cache-memory-bytes", str(64 << 20), "--seed", "0",
-        "--disable-log-requests",
     ]  # fmt: skip
     if eager:
         cmd.append("--enforce-eager")

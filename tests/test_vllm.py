@@ -4,7 +4,7 @@ that ``torch_pjrt[vllm]`` installs, checked against transformers' ``generate`` o
 Models are built here from configs with a locally trained tokenizer
 (tests/vllm_scripts/tiny_models.py). vLLM runs the way users run it, in child
 processes: ``tests/vllm_scripts/offline.py`` drives ``vllm.LLM``, and the server tests
-share a ``vllm serve`` on 127.0.0.1 (one a pytest worker). Every child
+go through one ``vllm serve`` on 127.0.0.1, check after check. Every child
 runs with ``TORCH_PJRT_FALLBACK=error``: no op may fall back to the CPU.
 """
 
@@ -49,9 +49,10 @@ def models(tmp_path_factory) -> pathlib.Path:
     return root
 
 
-def _offline(models: pathlib.Path, scenario: str) -> tuple[dict, str]:
+def _offline(models: pathlib.Path, *scenarios: str) -> tuple[dict, str]:
+    """Run scenarios of offline.py in one process: {scenario: its result}, the log."""
     proc = subprocess.run(
-        [sys.executable, str(SCRIPTS / "offline.py"), str(models), scenario],
+        [sys.executable, str(SCRIPTS / "offline.py"), str(models), *scenarios],
         capture_output=True,
         text=True,
         timeout=600,
@@ -59,8 +60,11 @@ def _offline(models: pathlib.Path, scenario: str) -> tuple[dict, str]:
     )
     log = proc.stdout + proc.stderr
     results = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert proc.returncode == 0 and results, f"offline.py {scenario} failed:\n{log[-6000:]}"
-    return json.loads(results[-1][len("RESULT ") :]), log
+    assert proc.returncode == 0 and len(results) == len(scenarios), (
+        f"offline.py {' '.join(scenarios)} failed:\n{log[-6000:]}"
+    )
+    found = [json.loads(line[len("RESULT ") :]) for line in results]
+    return {r["scenario"]: r for r in found}, log
 
 
 def _prompt_lengths(path) -> list[int]:
@@ -89,6 +93,7 @@ def test_llama_compiled_chunked_prefill_prefix_cache_and_seeded_sampling(models)
     """The default (compiled) engine with a 16-token prefill budget, so the prompts of
     19 and 29 tokens are prefilled in chunks; the second round hits the prefix cache."""
     result, log = _offline(models, "llama")
+    result = result["llama"]
     want = tiny_models.greedy(models / "llama", PROMPTS, 12)
     assert result["greedy"] == want
     assert result["greedy_again"] == want
@@ -128,27 +133,23 @@ def _check_logprobs(path, result):
             assert abs(value - logp[pos, int(token)].item()) < 1e-4, (pos, token)
 
 
-@pytest.mark.parametrize("scenario,kind", [("qwen2_eager", "qwen2"), ("gpt2", "gpt2")])
-def test_greedy_equal_to_transformers(models, scenario, kind):
-    result, log = _offline(models, scenario)
-    assert result["greedy"] == tiny_models.greedy(models / kind, PROMPTS, 12)
-    assert "model parameters on ['pjrt:0']" in log
-
-
-def test_preemption_keeps_outputs(models):
-    """A KV cache of 10 blocks for four requests that need 16: vLLM preempts and
-    recomputes, and the tokens stay transformers' tokens."""
-    result, _ = _offline(models, "preemption")
-    assert result["preemptions"] > 0
-    assert result["greedy40"] == tiny_models.greedy(models / "llama", PROMPTS, 40)
-
-
-def test_unsupported_options_name_themselves(models):
-    result, _ = _offline(models, "unsupported")
-    errors = result["errors"]
+def test_qwen2_gpt2_preemption_and_unsupported_options(models):
+    """In one process: options the plugin refuses (each names itself, before an engine
+    starts); Qwen2 eager and GPT-2 compiled, greedy; then a KV cache of 6 blocks for
+    four requests that need 10: vLLM preempts and recomputes, and the tokens stay
+    transformers' tokens."""
+    results, log = _offline(models, "unsupported", "qwen2_eager", "gpt2", "preemption")
+    errors = results["unsupported"]["errors"]
     assert errors["lora"].startswith("NotImplementedError: pjrt: LoRA")
     assert errors["speculative"].startswith("NotImplementedError: pjrt: speculative decoding")
     assert errors["quantization"].startswith("NotImplementedError: pjrt: quantization (fp8)")
+    for kind in ("qwen2", "gpt2"):
+        greedy = results["qwen2_eager" if kind == "qwen2" else kind]["greedy"]
+        assert greedy == tiny_models.greedy(models / kind, PROMPTS, 12), kind
+    assert log.count("model parameters on ['pjrt:0']") == 3
+    preemption = results["preemption"]
+    assert preemption["preemptions"] > 0
+    assert preemption["greedy"] == tiny_models.greedy(models / "llama", PROMPTS, 24)
 
 
 # --- vllm serve -----------------------------------------------------------------------
@@ -202,6 +203,7 @@ class Server:
                 str(8 << 20),
                 "--seed",
                 "0",
+                "--enforce-eager",
             ],
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -241,38 +243,10 @@ class Server:
         return self.proc.returncode
 
 
-@pytest.fixture(scope="module")
-def _servers():
-    running: list[Server] = []
-    yield running
-    for srv in running:
-        srv.stop(signal.SIGKILL)
-
-
-@pytest.fixture
-def server(models, _servers, tmp_path_factory) -> Server:
-    """The module's ``vllm serve`` (one a pytest worker), started again if a test
-    stopped it."""
-    if not _servers or _servers[-1].proc.poll() is not None:
-        srv = Server(models / "llama", tmp_path_factory.mktemp("vllm_serve") / "serve.log")
-        _servers.append(srv)
-        try:
-            _wait_healthy(srv.proc, srv.url, 300)
-        except AssertionError as e:
-            srv.stop(signal.SIGKILL)
-            raise AssertionError(f"{e}\n{srv.log()}") from None
-    return _servers[-1]
-
-
-@pytest.fixture(scope="module")
-def reference(models):
-    return lambda prompts, n, chat=False: tiny_models.greedy(models / "llama", prompts, n, chat)
-
-
 _GREEDY = {"temperature": 0, "extra_body": {"ignore_eos": True, "return_token_ids": True}}
 
 
-def test_serve_completions_equal_to_transformers(server, reference):
+def _serve_completions_equal_to_transformers(server, reference):
     out = server.client().completions.create(
         model=server.model, prompt=PROMPTS, max_tokens=12, **_GREEDY
     )
@@ -280,7 +254,7 @@ def test_serve_completions_equal_to_transformers(server, reference):
     assert got == reference(PROMPTS, 12)
 
 
-def test_serve_chat_completions_equal_to_transformers(server, reference):
+def _serve_chat_completions_equal_to_transformers(server, reference):
     messages = [{"role": "user", "content": "the quick brown"}]
     out = server.client().chat.completions.create(
         model=server.model, messages=messages, max_tokens=10, **_GREEDY
@@ -290,7 +264,7 @@ def test_serve_chat_completions_equal_to_transformers(server, reference):
     assert out.usage.completion_tokens == 10
 
 
-def test_serve_streaming_is_the_same_text(server):
+def _serve_streaming_is_the_same_text(server):
     client = server.client()
     plain = client.completions.create(
         model=server.model, prompt="to be or", max_tokens=10, **_GREEDY
@@ -310,7 +284,7 @@ def test_serve_streaming_is_the_same_text(server):
     assert text == plain.choices[0].message.content
 
 
-def test_serve_eight_concurrent_requests(server, reference):
+def _serve_eight_concurrent_requests(server, reference):
     prompts = [
         "the quick brown",
         "a journey",
@@ -332,7 +306,7 @@ def test_serve_eight_concurrent_requests(server, reference):
     assert got == reference(prompts, 10)
 
 
-def test_serve_bad_requests_get_http_errors_and_it_keeps_serving(server):
+def _serve_bad_requests_get_http_errors_and_it_keeps_serving(server):
     import httpx
     import openai
 
@@ -356,7 +330,7 @@ def test_serve_bad_requests_get_http_errors_and_it_keeps_serving(server):
     assert len(out.choices[0].token_ids) == 4
 
 
-def test_serve_disconnect_mid_stream_frees_kv_blocks(server):
+def _serve_disconnect_mid_stream_frees_kv_blocks(server):
     import httpx
 
     body = {
@@ -389,7 +363,7 @@ def test_serve_disconnect_mid_stream_frees_kv_blocks(server):
     assert after["vllm:generation_tokens_total"] - before < 100  # it stopped early
 
 
-def test_serve_shuts_down_cleanly_on_sigterm(server):
+def _serve_shuts_down_cleanly_on_sigterm(server):
     import psutil
 
     children = psutil.Process(server.proc.pid).children(recursive=True)
@@ -398,6 +372,30 @@ def test_serve_shuts_down_cleanly_on_sigterm(server):
     gone, alive = psutil.wait_procs(children, timeout=30)
     assert not alive, f"left running after SIGTERM: {alive}"
     assert "Application shutdown complete" in server.log()
+
+
+def test_vllm_serve(models, tmp_path):
+    """One ``vllm serve`` of the tiny Llama (eager: the compiled engine is checked
+    offline above), put through each check in turn, then stopped with SIGTERM."""
+    srv = Server(models / "llama", tmp_path / "serve.log")
+    try:
+        try:
+            _wait_healthy(srv.proc, srv.url, 300)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{srv.log()}") from None
+
+        def reference(prompts, n, chat=False):
+            return tiny_models.greedy(models / "llama", prompts, n, chat)
+
+        _serve_completions_equal_to_transformers(srv, reference)
+        _serve_chat_completions_equal_to_transformers(srv, reference)
+        _serve_streaming_is_the_same_text(srv)
+        _serve_eight_concurrent_requests(srv, reference)
+        _serve_bad_requests_get_http_errors_and_it_keeps_serving(srv)
+        _serve_disconnect_mid_stream_frees_kv_blocks(srv)
+        _serve_shuts_down_cleanly_on_sigterm(srv)
+    finally:
+        srv.stop(signal.SIGKILL)
 
 
 def test_serve_unknown_model_path_fails_at_start(tmp_path):
