@@ -46,16 +46,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests" / "
 
 import tiny_models  # noqa: E402
 
-PROMPTS = [
-    "the quick brown",
-    "a journey",
-    "to be or not",
-    "all that glitters",
-    "the rain in spain",
-    "she sells",
-    "how much wood",
-    "jax compiles programs",
-]
+PROMPTS = tiny_models.SHORT_PROMPTS
 
 
 def cpu_transformers(path, new_tokens: int, runs: int) -> dict:

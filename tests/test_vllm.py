@@ -285,16 +285,7 @@ def _serve_streaming_is_the_same_text(server):
 
 
 def _serve_eight_concurrent_requests(server, reference):
-    prompts = [
-        "the quick brown",
-        "a journey",
-        "to be or not",
-        "all that glitters",
-        "the rain in spain",
-        "she sells",
-        "how much wood",
-        "jax compiles programs",
-    ]
+    prompts = tiny_models.SHORT_PROMPTS
     client = server.client()
 
     def one(prompt):

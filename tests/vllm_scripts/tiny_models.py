@@ -27,6 +27,18 @@ _TEXT = [
     "jax compiles programs for xla and pjrt runs them on the chip",
 ]
 
+# eight short prompts, one a concurrent request (tests/test_vllm.py, benchmarks/serve.py)
+SHORT_PROMPTS = [
+    "the quick brown",
+    "a journey",
+    "to be or not",
+    "all that glitters",
+    "the rain in spain",
+    "she sells",
+    "how much wood",
+    "jax compiles programs",
+]
+
 CHAT_TEMPLATE = (
     "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}assistant:{% endif %}"
