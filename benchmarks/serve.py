@@ -35,7 +35,6 @@ import json
 import os
 import pathlib
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -44,6 +43,7 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests" / "vllm_scripts"))
 
+import launch  # noqa: E402
 import tiny_models  # noqa: E402
 
 PROMPTS = tiny_models.SHORT_PROMPTS
@@ -80,38 +80,18 @@ def cpu_transformers(path, new_tokens: int, runs: int) -> dict:
     return {"tok_s": statistics.median(rates), "ttft_ms": 1e3 * statistics.median(firsts)}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_server(path, max_seqs: int, eager: bool, log) -> tuple[subprocess.Popen, str]:
-    import httpx
-
-    port = _free_port()
-    cmd = [
-        os.path.join(os.path.dirname(sys.executable), "vllm"),
-        "serve", str(path), "--host", "127.0.0.1", "--port", str(port),
+    args = [
         "--dtype", "float32", "--max-model-len", "256", "--max-num-seqs", str(max_seqs),
         "--kv-cache-memory-bytes", str(64 << 20), "--seed", "0",
     ]  # fmt: skip
-    if eager:
-        cmd.append("--enforce-eager")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"vllm serve exited with {proc.returncode}; log: {log.name}")
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    proc.kill()
-    raise RuntimeError(f"vllm serve did not start; log: {log.name}")
+    proc, url = launch.start(path, args + ["--enforce-eager"] * eager, log)
+    try:
+        launch.wait_healthy(proc, url, 600)
+    except AssertionError as e:
+        proc.kill()
+        raise RuntimeError(f"{e}; log: {log.name}") from None
+    return proc, url
 
 
 def one_request(url: str, model: str, prompt: str, new_tokens: int, t_start: float):

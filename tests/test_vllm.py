@@ -16,7 +16,6 @@ import json
 import os
 import pathlib
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,14 +25,10 @@ import pytest
 SCRIPTS = pathlib.Path(__file__).parent / "vllm_scripts"
 sys.path.insert(0, str(SCRIPTS))
 
+import launch  # noqa: E402
 import tiny_models  # noqa: E402
 
-PROMPTS = [
-    "the quick",
-    "a journey of a thousand miles",
-    "how much wood would a woodchuck chuck if a woodchuck could chuck wood and",
-    "to",
-]
+PROMPTS = tiny_models.PROMPTS
 BLOCK = 16  # the plugin's KV block size
 
 
@@ -155,60 +150,16 @@ def test_qwen2_gpt2_preemption_and_unsupported_options(models):
 # --- vllm serve -----------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_healthy(proc, url: str, timeout: float) -> None:
-    import httpx
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"vllm serve exited with {proc.returncode} while starting")
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise AssertionError(f"vllm serve not healthy after {timeout} s")
-
-
 class Server:
     def __init__(self, model: pathlib.Path, log_path: pathlib.Path):
         self.model = str(model)
-        port = _free_port()
-        self.url = f"http://127.0.0.1:{port}"
         self.log_path = log_path
         self._log = open(log_path, "w")
-        self.proc = subprocess.Popen(
-            [
-                os.path.join(os.path.dirname(sys.executable), "vllm"),
-                "serve",
-                self.model,
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--dtype",
-                "float32",
-                "--max-model-len",
-                "128",
-                "--max-num-seqs",
-                "8",
-                "--kv-cache-memory-bytes",
-                str(8 << 20),
-                "--seed",
-                "0",
-                "--enforce-eager",
-            ],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            env=_env(),
-        )
+        args = [
+            "--dtype", "float32", "--max-model-len", "128", "--max-num-seqs", "8",
+            "--kv-cache-memory-bytes", str(8 << 20), "--seed", "0", "--enforce-eager",
+        ]  # fmt: skip
+        self.proc, self.url = launch.start(model, args, self._log, env=_env())
 
     def client(self):
         import openai
@@ -371,7 +322,7 @@ def test_vllm_serve(models, tmp_path):
     srv = Server(models / "llama", tmp_path / "serve.log")
     try:
         try:
-            _wait_healthy(srv.proc, srv.url, 300)
+            launch.wait_healthy(srv.proc, srv.url, 300)
         except AssertionError as e:
             raise AssertionError(f"{e}\n{srv.log()}") from None
 
@@ -399,7 +350,7 @@ def test_serve_unknown_model_path_fails_at_start(tmp_path):
             "--host",
             "127.0.0.1",
             "--port",
-            str(_free_port()),
+            str(launch.free_port()),
         ],
         capture_output=True,
         text=True,

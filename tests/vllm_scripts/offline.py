@@ -13,14 +13,10 @@ import json
 import os
 import sys
 
+import tiny_models
 from vllm import LLM, SamplingParams
 
-PROMPTS = [
-    "the quick",
-    "a journey of a thousand miles",
-    "how much wood would a woodchuck chuck if a woodchuck could chuck wood and",
-    "to",
-]
+PROMPTS = tiny_models.PROMPTS
 MAX_TOKENS = 12
 
 

@@ -27,6 +27,14 @@ _TEXT = [
     "jax compiles programs for xla and pjrt runs them on the chip",
 ]
 
+# the batch the tests compare with transformers: 7, 19, 29 and 2 tokens with the tokenizer
+PROMPTS = [
+    "the quick",
+    "a journey of a thousand miles",
+    "how much wood would a woodchuck chuck if a woodchuck could chuck wood and",
+    "to",
+]
+
 # eight short prompts, one a concurrent request (tests/test_vllm.py, benchmarks/serve.py)
 SHORT_PROMPTS = [
     "the quick brown",

@@ -76,14 +76,10 @@ class PjrtAttentionBackend(AttentionBackend):
 class PjrtAttentionMetadata:
     num_actual_tokens: int
     num_reqs: int
-    max_seq_len: int  # longest context, rounded up to whole blocks in forward
-    max_num_blocks: int
+    max_num_blocks: int  # blocks of the longest context
     block_table: torch.Tensor  # [num_reqs, max_num_blocks] int32, device
-    slot_mapping: torch.Tensor  # [num_actual_tokens] int64, device
     token_req: torch.Tensor  # [num_actual_tokens] int64, device: request of a token
     token_pos: torch.Tensor  # [num_actual_tokens] int64, device: absolute position
-    seq_lens: torch.Tensor  # [num_reqs] int32, device
-    causal: bool = True
 
 
 class PjrtAttentionMetadataBuilder(AttentionMetadataBuilder[PjrtAttentionMetadata]):
@@ -127,14 +123,10 @@ class PjrtAttentionMetadataBuilder(AttentionMetadataBuilder[PjrtAttentionMetadat
         return PjrtAttentionMetadata(
             num_actual_tokens=n,
             num_reqs=num_reqs,
-            max_seq_len=max_seq_len,
             max_num_blocks=max_num_blocks,
             block_table=m.block_table_tensor[:num_reqs, :max_num_blocks],
-            slot_mapping=m.slot_mapping[:n],
             token_req=torch.from_numpy(token_req[:n]).to(self.device),
             token_pos=torch.from_numpy(token_pos[:n]).to(self.device),
-            seq_lens=m.seq_lens[:num_reqs],
-            causal=bool(m.causal) if not isinstance(m.causal, torch.Tensor) else True,
         )
 
 
@@ -215,7 +207,7 @@ class PjrtAttentionImpl(AttentionImpl):
         md = attn_metadata
         n = md.num_actual_tokens
         d = self.head_size
-        num_blocks, hkv, block_size, _ = kv_cache.shape
+        _, hkv, block_size, _ = kv_cache.shape
         nb = md.max_num_blocks
         s = nb * block_size
 

@@ -13,7 +13,7 @@ import os
 from contextlib import AbstractContextManager, nullcontext
 
 import torch
-from vllm.config import CompilationMode, VllmConfig
+from vllm.config import CompilationMode
 from vllm.logger import init_logger
 from vllm.platforms import current_platform
 from vllm.utils.torch_utils import set_random_seed
@@ -28,23 +28,6 @@ CPU_KV_CACHE_BYTES = 1 << 30
 
 
 class PjrtWorker(Worker):
-    def __init__(
-        self,
-        vllm_config: VllmConfig,
-        local_rank: int,
-        rank: int,
-        distributed_init_method: str,
-        is_driver_worker: bool = False,
-    ):
-        super().__init__(
-            vllm_config,
-            local_rank,
-            rank,
-            distributed_init_method,
-            is_driver_worker=is_driver_worker,
-        )
-        self.parallel_config.disable_custom_all_reduce = True
-
     def init_device(self):
         index = current_platform.logical_device_id_to_visible_device_id(self.local_rank)
         self.device = torch.device("pjrt", index)
@@ -94,7 +77,7 @@ class PjrtWorker(Worker):
         if explicit:
             size = int(explicit)
         else:
-            free, total = torch.pjrt.mem_get_info(self.device)
+            total = torch.pjrt.mem_get_info(self.device)[1]
             used = torch.pjrt.max_memory_allocated(self.device)
             size = int(total * self.cache_config.gpu_memory_utilization) - int(used)
             if torch.pjrt.get_device_properties(self.device).platform == "cpu":
