@@ -104,6 +104,9 @@ def test_llama_compiled_chunked_prefill_prefix_cache_and_seeded_sampling(models)
     _check_logprobs(models / "llama", result)
     assert "model parameters on ['pjrt:0']" in log
     assert "DYNAMO_TRACE_ONCE" in log and "'backend': 'pjrt'" in log
+    # the decode steps ran as captured graphs (decode_graphs.py), none refused
+    assert "pjrt: captured the decode graph of" in log
+    assert "decode steps run without graphs" not in log
 
 
 def _check_logprobs(path, result):

@@ -31,7 +31,7 @@ from torch_pjrt.ops._helpers import (
 from torch_pjrt.ops.registry import Kernel, Lowering, implements, lowers
 from torch_pjrt.ops.registry import lowers_in_graphs as in_graphs
 from torch_pjrt.ops.scalar_fits import c10_name, value_fits
-from torch_pjrt.ops.variants import _check_overlap, resize_output
+from torch_pjrt.ops.variants import InplaceKernel, _check_overlap, resize_output
 from torch_pjrt.runtime import asserts
 from torch_pjrt.runtime.transfer import torch_dtype
 
@@ -144,6 +144,7 @@ def _index_put_lowering(self, indices, values, accumulate=False, checked=True):
 
 _INDEX = Kernel(aten.index.Tensor, Lowering(_index_lowering))
 _INDEX_PUT = Kernel(aten.index_put.default, Lowering(_index_put_lowering))
+_INPLACE_INDEX_PUT = InplaceKernel(_INDEX_PUT, aten.index_put_.default)
 
 
 @implements(aten.index.Tensor)
@@ -171,11 +172,23 @@ def _single_mask(self, indices, values) -> bool:
     ) == tuple(mask.shape)
 
 
-def _index_put(self, indices, values, accumulate=False):
+def _index_put_args(self, indices, values) -> tuple:
     values = _on_device(values, self.device)
     if _single_mask(self, indices, values):
-        return _INDEX_PUT(self, [_on_device(t, self.device) for t in indices], values, accumulate)
-    return _INDEX_PUT(self, _expand_masks(self, indices), values, accumulate)
+        return [_on_device(t, self.device) for t in indices], values
+    return _expand_masks(self, indices), values
+
+
+def _index_put(self, indices, values, accumulate=False):
+    return _INDEX_PUT(self, *_index_put_args(self, indices, values), accumulate)
+
+
+def _index_put_inplace(self, indices, values, accumulate):
+    """``self[indices] = values`` as an in-place op: the scatter's result becomes self's
+    storage (its old buffer donated, in fused mode) rather than a new tensor copied into
+    it, so a small write into a large tensor (a KV cache) does not copy the tensor."""
+    _INPLACE_INDEX_PUT(self, *_index_put_args(self, indices, values), accumulate)
+    return self
 
 
 @implements(aten.index_put.default)
@@ -185,12 +198,12 @@ def index_put(self, indices, values, accumulate=False):
 
 @implements(aten.index_put_.default)
 def index_put_(self, indices, values, accumulate=False):
-    return self.copy_(_index_put(self, indices, values, accumulate))
+    return _index_put_inplace(self, indices, values, accumulate)
 
 
 @implements(aten._index_put_impl_.default)
 def _index_put_impl_(self, indices, values, accumulate=False, unsafe=False):
-    return self.copy_(_index_put(self, indices, values, accumulate))
+    return _index_put_inplace(self, indices, values, accumulate)
 
 
 # --- in graphs: integer indices (boolean masks have data-dependent shapes) ----------------

@@ -27,6 +27,8 @@ from vllm.v1.attention.backend import (
 )
 from vllm.v1.kv_cache_interface import AttentionSpec, KVCacheLayout
 
+from torch_pjrt.modes import fused
+
 
 class PjrtAttentionBackend(AttentionBackend):
     # vLLM calls do_kv_cache_update() before forward()
@@ -72,14 +74,31 @@ class PjrtAttentionBackend(AttentionBackend):
         return PjrtAttentionMetadataBuilder
 
 
+def padded(n: int, cap: int) -> int:
+    """The bucket of a count: the next power of two, at most ``cap`` (never below n)."""
+    return max(n, min(1 << max(n - 1, 0).bit_length(), cap))
+
+
 @dataclass
 class PjrtAttentionMetadata:
-    num_actual_tokens: int
-    num_reqs: int
-    max_num_blocks: int  # blocks of the longest context
-    block_table: torch.Tensor  # [num_reqs, max_num_blocks] int32, device
-    token_req: torch.Tensor  # [num_actual_tokens] int64, device: request of a token
-    token_pos: torch.Tensor  # [num_actual_tokens] int64, device: absolute position
+    """A step's attention inputs, padded to buckets so that the step's programs depend on
+    the buckets alone, not on the batch: ``T`` token rows (the model runner pads the
+    batch to the same ``T``: ``model_runner.py``) and ``NB`` blocks a request, each the
+    next power of two at or above the true count. A token attends to the keys its
+    request had cached before the step and to the step's own keys of its request up to
+    its position; a padding token only to itself (and writes to the null block: slot
+    -1)."""
+
+    num_actual_tokens: int  # the true tokens; the rows past them are padding
+    num_reqs: int  # the true requests
+    max_num_blocks: int  # NB
+    # [rows, NB] int32, device: each request's blocks; with token_req None, row t is
+    # token t's
+    block_table: torch.Tensor
+    token_req: torch.Tensor | None  # [T] int64, device: the request (row) of each token
+    token_pos: torch.Tensor  # [T] int64, device: absolute position (padding: 0)
+    cached: torch.Tensor  # [T] int64, device: keys its request had before the step
+    token_seq: torch.Tensor  # [T] int64, device: its request, -1 for padding (the mask)
 
 
 class PjrtAttentionMetadataBuilder(AttentionMetadataBuilder[PjrtAttentionMetadata]):
@@ -93,6 +112,7 @@ class PjrtAttentionMetadataBuilder(AttentionMetadataBuilder[PjrtAttentionMetadat
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
         self.block_size = kv_cache_spec.block_size
         self.device = device
+        self.max_tokens = vllm_config.scheduler_config.max_num_batched_tokens
 
     def build(
         self,
@@ -111,23 +131,34 @@ class PjrtAttentionMetadataBuilder(AttentionMetadataBuilder[PjrtAttentionMetadat
         else:
             seq_lens = m.seq_lens[:num_reqs].cpu().numpy().astype(np.int64)
         q_lens = np.diff(qsl)
-        token_req = np.repeat(np.arange(num_reqs, dtype=np.int64), q_lens)
-        # absolute position of token t of request r: seq_len - q_len + (t - qs)
-        token_pos = (
-            np.arange(qsl[-1], dtype=np.int64)
-            - np.repeat(qsl[:-1], q_lens)
-            + np.repeat(seq_lens - q_lens, q_lens)
-        )
         max_seq_len = int(seq_lens.max()) if num_reqs else 0
-        max_num_blocks = max(1, -(-max_seq_len // self.block_size))
+        # the whole [max reqs, max blocks] buffer the runner's block table is rows of
+        table = m.block_table_tensor
+        offset = table.storage_offset()
+        elements = table.untyped_storage().nbytes() // table.element_size() - offset
+        rows = elements // table.stride(0)
+        nb = padded(max(1, -(-max_seq_len // self.block_size)), table.shape[1])
+        t = padded(n, self.max_tokens)
+        req = np.repeat(np.arange(num_reqs, dtype=np.int64), q_lens)[:n]
+        cached = np.repeat(seq_lens - q_lens, q_lens)[:n]
+        # absolute position of token t of request r: seq_len - q_len + (t - qs)
+        pos = np.arange(n, dtype=np.int64) - np.repeat(qsl[:-1], q_lens)[:n] + cached
         return PjrtAttentionMetadata(
             num_actual_tokens=n,
             num_reqs=num_reqs,
-            max_num_blocks=max_num_blocks,
-            block_table=m.block_table_tensor[:num_reqs, :max_num_blocks],
-            token_req=torch.from_numpy(token_req[:n]).to(self.device),
-            token_pos=torch.from_numpy(token_pos[:n]).to(self.device),
+            max_num_blocks=nb,
+            block_table=table.as_strided((rows, nb), table.stride(), offset),
+            token_req=self._on_device(req, t, 0),
+            token_pos=self._on_device(pos, t, 0),
+            cached=self._on_device(cached, t, 0),
+            token_seq=self._on_device(req, t, -1),
         )
+
+    def _on_device(self, a: np.ndarray, t: int, pad: int) -> torch.Tensor:
+        """``a`` padded with ``pad`` to ``t`` elements, on the device."""
+        out = np.full(t, pad, dtype=np.int64)
+        out[: a.shape[0]] = a
+        return torch.from_numpy(out).to(self.device)
 
 
 class PjrtAttentionImpl(AttentionImpl):
@@ -170,23 +201,31 @@ class PjrtAttentionImpl(AttentionImpl):
         kv_cache: torch.Tensor,  # [B, Hkv, N, D + Dv]
         slot_mapping: torch.Tensor,  # [T'] int64, -1 for padding
     ) -> None:
-        block_size = kv_cache.shape[2]
-        d = self.head_size
-        # vLLM pads slot_mapping with -1 past the real tokens (PAD_SLOT_ID);
-        # the scheduled tokens come first, so drop the tail.
-        n = min(key.shape[0], slot_mapping.shape[0])
+        """Keep this step's K and V for :meth:`forward`, which attends over the cache
+        and over them, then writes them into the cache.
+
+        NOTE: XLA on the CPU copies a whole cache when one program both reads it and
+        updates it in place (even with its buffer donated), which costs more than
+        the step; so no program does both: the reads come first, the write runs in a
+        program of its own (:func:`write_rows`)."""
         from vllm.forward_context import get_forward_context
 
         md = get_forward_context().attn_metadata
         if isinstance(md, dict):
             md = next(iter(md.values()))
-        if md is not None:
-            n = min(n, md.num_actual_tokens)
-        slots = slot_mapping[:n]
-        blk = slots // block_size
-        off = slots % block_size
-        kv_cache[..., :d][blk, :, off] = key[:n]
-        kv_cache[..., d:][blk, :, off] = value[:n]
+        # the step's T rows (vLLM pads slot_mapping with -1 past the true tokens)
+        t = min(key.shape[0], slot_mapping.shape[0]) if md is None else md.token_pos.shape[0]
+        if key.shape[0] < t or slot_mapping.shape[0] < t:
+            raise RuntimeError(
+                f"pjrt attention: the batch has {key.shape[0]} token rows and "
+                f"{slot_mapping.shape[0]} slots, but its metadata {t}: the model runner "
+                "and the metadata builder padded it differently (a torch_pjrt bug)"
+            )
+        rows = torch.cat([key[:t], value[:t].to(key.dtype)], dim=-1)  # [T, Hkv, D + Dv]
+        if md is None:  # a dummy run: no attention follows
+            write_rows(kv_cache, rows, slot_mapping[:t])
+            return
+        self._new = (rows, slot_mapping[:t])
 
     def forward(
         self,
@@ -202,34 +241,79 @@ class PjrtAttentionImpl(AttentionImpl):
     ) -> torch.Tensor:
         if output_scale is not None or output_block_scale is not None:
             raise NotImplementedError("pjrt attention: fused output quantization")
+        new, self._new = getattr(self, "_new", None), None
         if attn_metadata is None:  # profiling / dummy run
             return output
         md = attn_metadata
-        n = md.num_actual_tokens
+        t = md.token_pos.shape[0]
         d = self.head_size
         _, hkv, block_size, _ = kv_cache.shape
-        nb = md.max_num_blocks
-        s = nb * block_size
+        s = md.max_num_blocks * block_size
 
-        # gather each request's blocks: [R, nb, Hkv, N, D] -> [R, Hkv, S, D]
-        bt = md.block_table.to(torch.int64)
-        k = kv_cache[..., :d][bt].permute(0, 2, 1, 3, 4).reshape(md.num_reqs, hkv, s, d)
-        v = kv_cache[..., d:][bt].permute(0, 2, 1, 3, 4).reshape(md.num_reqs, hkv, s, -1)
-        # per token: the keys of its request
-        k = k[md.token_req]  # [T, Hkv, S, D]
-        v = v[md.token_req]
-        q = query[:n].reshape(n, hkv, self.num_queries_per_kv, d)
-        scores = torch.einsum("tkgd,tksd->tkgs", q.float(), k.float()) * self.scale
+        # each token's request's blocks, as they were before this step:
+        # [T, NB, Hkv, N, D + Dv] -> [T, Hkv, S, D + Dv]
+        bt = md.block_table if md.token_req is None else md.block_table[md.token_req]
+        kv = kv_cache[bt.to(torch.int64)].permute(0, 2, 1, 3, 4).reshape(t, hkv, s, -1)
+        q = query[:t].reshape(t, hkv, self.num_queries_per_kv, d).float()
+        pos = md.token_pos
+        key_pos = torch.arange(s, device=query.device, dtype=torch.int64)
+        allowed = key_pos[None, :] < md.cached[:, None]  # [T, S]
+        if self.sliding_window is not None:
+            allowed = allowed & (key_pos[None, :] > pos[:, None] - self.sliding_window)
+        parts = [(self._scores(q, kv[..., :d], "cache"), allowed, kv[..., d:], "cache")]
+        if new is not None:  # this step's keys: of the same request, at or before it
+            rows, slots = new
+            allowed = (md.token_seq[:, None] == md.token_seq[None, :]) & (
+                pos[None, :] <= pos[:, None]
+            )  # [T, T]
+            if self.sliding_window is not None:
+                allowed = allowed & (pos[None, :] > pos[:, None] - self.sliding_window)
+            parts.append((self._scores(q, rows[..., :d], "new"), allowed, rows[..., d:], "new"))
+        scores = torch.cat(
+            [sc.masked_fill(~ok[:, None, None, :], float("-inf")) for sc, ok, _, _ in parts],
+            dim=-1,
+        )
+        probs = torch.softmax(scores, dim=-1)
+        out, start = 0, 0
+        for sc, _, values, keys in parts:
+            width = sc.shape[-1]
+            p = probs[..., start : start + width]
+            out = out + torch.einsum(_EINSUM[keys][1], p, values.float())
+            start += width
+        output[:t] = out.reshape(t, self.num_heads, -1).to(output.dtype)
+        if new is not None:
+            if deferred_writes is not None:  # a decode graph's capture: after each replay
+                deferred_writes.append((kv_cache, rows, slots))
+            else:
+                fused.flush_all("end of step")  # (the reads above run first, on their own)
+                write_rows(kv_cache, rows, slots)
+        return output
+
+    def _scores(self, q: torch.Tensor, keys: torch.Tensor, kind: str) -> torch.Tensor:
+        """q [T, Hkv, G, D] against keys (``kind``: "cache", [T, Hkv, S, D], each token's
+        request's; "new", [T, Hkv, D], the step's)."""
+        scores = torch.einsum(_EINSUM[kind][0], q, keys.float()) * self.scale
         if self.logits_soft_cap:
             scores = self.logits_soft_cap * torch.tanh(scores / self.logits_soft_cap)
-        key_pos = torch.arange(s, device=query.device, dtype=torch.int64)
-        # causal: a token sees keys at positions <= its own (which also keeps
-        # it inside its own sequence's length)
-        allowed = key_pos[None, :] <= md.token_pos[:, None]  # [T, S]
-        if self.sliding_window is not None:
-            allowed = allowed & (key_pos[None, :] > md.token_pos[:, None] - self.sliding_window)
-        scores = scores.masked_fill(~allowed[:, None, None, :], float("-inf"))
-        probs = torch.softmax(scores, dim=-1)
-        out = torch.einsum("tkgs,tksd->tkgd", probs, v.float())
-        output[:n] = out.reshape(n, self.num_heads, -1).to(output.dtype)
-        return output
+        return scores
+
+
+# (scores, output) of each kind of keys (PjrtAttentionImpl._scores)
+_EINSUM = {
+    "cache": ("tkgd,tksd->tkgs", "tkgs,tksd->tkgd"),
+    "new": ("tkgd,ukd->tkgu", "tkgu,ukd->tkgd"),
+}
+
+# the KV writes of the decode graph being captured (decode_graphs.py), else None
+deferred_writes: list | None = None
+
+
+def write_rows(kv_cache: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor) -> None:
+    """``rows`` ([T, Hkv, D + Dv]) into the cache's slots. A slot of -1 (padding) goes
+    to block 0, the null block vLLM gives to no request.
+
+    NOTE: one write of K and V side by side into the whole cache: a write through the
+    view ``kv_cache[..., :d]`` would rewrite every block of the cache."""
+    block_size = kv_cache.shape[2]
+    slots = slots.clamp(min=0)
+    kv_cache[slots // block_size, :, slots % block_size] = rows

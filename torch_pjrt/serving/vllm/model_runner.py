@@ -7,6 +7,7 @@ the host side (numpy/CPU tensors) keeps the bookkeeping and each step copies
 input ids, positions, block tables and the rest to the device, as on CUDA.
 """
 
+import dataclasses
 from contextlib import AbstractContextManager, nullcontext
 
 import torch
@@ -21,7 +22,8 @@ from vllm.v1.worker.cpu_model_runner import CPUModelRunner, _torch_cuda_wrapper
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 from vllm.v1.worker.utils import bind_kv_cache, map_kv_caches_to_kernel_blocks
 
-from torch_pjrt.serving.vllm import generators
+from torch_pjrt.serving.vllm import attention, generators
+from torch_pjrt.serving.vllm.decode_graphs import DecodeGraphs
 
 logger = init_logger("vllm.plugins.pjrt")
 
@@ -36,6 +38,7 @@ class PjrtModelRunner(CPUModelRunner):
             GPUModelRunner.__init__(self, vllm_config, device)
         self.use_cuda_graph = False
         generators.install()
+        self.decode_graphs = None  # made with the KV cache (initialize_kv_cache_tensors)
 
     def _update_states(self, scheduler_output):
         # a seeded request's generator is a PjrtGenerator (generators.py)
@@ -50,6 +53,39 @@ class PjrtModelRunner(CPUModelRunner):
         super().load_model(load_dummy_weights=load_dummy_weights)
         devices = {str(p.device) for p in self.model.parameters()}
         logger.info("pjrt: model parameters on %s", sorted(devices))
+
+    def _determine_batch_execution_and_padding(self, num_tokens: int, *args, **kwargs):
+        """vLLM's choice, with the batch padded to its bucket of tokens (the next power of
+        two): the attention metadata is padded the same way (attention.py), so a step's
+        programs depend on its buckets, not on its exact sizes, and compile once each."""
+        mode, batch, *rest = super()._determine_batch_execution_and_padding(
+            num_tokens, *args, **kwargs
+        )
+        bucket = attention.padded(num_tokens, self.max_num_tokens)
+        if batch.num_tokens < bucket:
+            batch = dataclasses.replace(batch, num_tokens=bucket)
+        return (mode, batch, *rest)
+
+    def _model_forward(
+        self,
+        input_ids=None,
+        positions=None,
+        intermediate_tensors=None,
+        inputs_embeds=None,
+        **model_kwargs,
+    ):
+        graphs = self.decode_graphs
+        if graphs is not None:
+            bucket = graphs.bucket(
+                input_ids, positions, intermediate_tensors, inputs_embeds, model_kwargs
+            )
+            if bucket is not None:
+                out = graphs.run(self.model, bucket, input_ids, positions)
+                if out is not None:
+                    return out
+        return super()._model_forward(
+            input_ids, positions, intermediate_tensors, inputs_embeds, **model_kwargs
+        )
 
     def _sync_device(self) -> None:
         torch.pjrt.synchronize()
@@ -98,6 +134,12 @@ class PjrtModelRunner(CPUModelRunner):
         for layer_name, target_layer_name in self.shared_kv_cache_layers.items():
             kv_caches[layer_name] = kv_caches[target_layer_name]
 
+        # (enforce_eager is vLLM's switch for CUDA graphs too; a layer that reads another's
+        # KV cache would read it before a captured step's writes, which come after it)
+        if not self.model_config.enforce_eager and not self.shared_kv_cache_layers:
+            table = self.input_batch.block_table[0].block_table.gpu  # [max reqs, max blocks]
+            batch = attention.padded(self.max_num_reqs, self.max_num_tokens)
+            self.decode_graphs = DecodeGraphs(batch, table.shape[1], self.device)
         attn_groups = [g for groups in self.attn_groups for g in groups]
         bind_kv_cache(
             kv_caches,
