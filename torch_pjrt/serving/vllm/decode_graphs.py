@@ -1,19 +1,19 @@
-"""Decode steps captured and replayed: one XLA program a batch-size bucket.
+"""Decode steps captured and replayed: one XLA program a bucket.
 
 vLLM's CUDA path pads a decode batch to one of a few sizes and replays a CUDA graph of
 the whole forward pass for that size. This is the same on pjrt, with
-``torch.pjrt.graph``: a decode-only batch (every request adds one token) of ``n``
-requests runs as the graph of its bucket ``(B, NB)``, ``B`` the next power of two at or
-above ``n`` and ``NB`` the next power of two at or above the blocks of its longest
-context. The graph's inputs are this module's static buffers (token ids, positions,
-slot mapping, block table); each step copies the step's values into their first ``n``
-rows and replays. Its output is the hidden states of the ``B`` rows, of which the first
-``n`` are the batch's.
+``torch.pjrt.graph``. The model runner pads every batch to its bucket of ``B`` token
+rows, and the attention metadata to ``NB`` blocks a request (``attention.py``); a
+decode-only batch (every request adds one token) then runs as the graph of ``(B, NB)``.
+The graph's inputs are this module's static buffers (token ids, positions, slot mapping,
+each row's blocks); each step copies the step's ``B`` rows into them and replays. Its
+output is the hidden states of the ``B`` rows, and its KV writes run after each replay
+(``attention.write_rows``), in a program of their own.
 
-Rows past ``n`` are padding: their slot is -1, which the attention backend writes to
-the null block (vLLM never gives block 0 to a request), and their outputs are not read.
-Their other inputs are whatever an earlier step left there (valid ids, positions and
-blocks), so they compute garbage only in their own rows.
+Rows past the batch's requests are padding: their slot is -1, which goes to the null
+block (vLLM never gives block 0 to a request), and their outputs are not read. Their
+position is one an earlier step left, and their blocks request 0's, so they compute
+garbage in their own rows only.
 
 The graph is captured at the first step of its bucket, with vLLM's compiled model
 bypassed (``skip_compiled``: the capture records the eager ops, and the replay is one
