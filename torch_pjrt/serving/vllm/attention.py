@@ -143,22 +143,22 @@ class PjrtAttentionMetadataBuilder(AttentionMetadataBuilder[PjrtAttentionMetadat
         cached = np.repeat(seq_lens - q_lens, q_lens)[:n]
         # absolute position of token t of request r: seq_len - q_len + (t - qs)
         pos = np.arange(n, dtype=np.int64) - np.repeat(qsl[:-1], q_lens)[:n] + cached
+        # the four per-token rows in one host-to-device copy (padding: 0, 0, 0, -1)
+        host = np.zeros((4, t), dtype=np.int64)
+        host[0, :n], host[1, :n], host[2, :n] = req, pos, cached
+        host[3] = -1
+        host[3, :n] = req
+        rows_of = torch.from_numpy(host).to(self.device)
         return PjrtAttentionMetadata(
             num_actual_tokens=n,
             num_reqs=num_reqs,
             max_num_blocks=nb,
             block_table=table.as_strided((rows, nb), table.stride(), offset),
-            token_req=self._on_device(req, t, 0),
-            token_pos=self._on_device(pos, t, 0),
-            cached=self._on_device(cached, t, 0),
-            token_seq=self._on_device(req, t, -1),
+            token_req=rows_of[0],
+            token_pos=rows_of[1],
+            cached=rows_of[2],
+            token_seq=rows_of[3],
         )
-
-    def _on_device(self, a: np.ndarray, t: int, pad: int) -> torch.Tensor:
-        """``a`` padded with ``pad`` to ``t`` elements, on the device."""
-        out = np.full(t, pad, dtype=np.int64)
-        out[: a.shape[0]] = a
-        return torch.from_numpy(out).to(self.device)
 
 
 class PjrtAttentionImpl(AttentionImpl):
