@@ -283,7 +283,8 @@ class PjrtAttentionImpl(AttentionImpl):
         output[:t] = out.reshape(t, self.num_heads, -1).to(output.dtype)
         if new is not None:
             if deferred_writes is not None:  # a decode graph's capture: after each replay
-                deferred_writes.append((kv_cache, rows, slots))
+                # (the slots' blocks and offsets computed in the graph: one op a layer after)
+                deferred_writes.append((kv_cache, rows, *slot_index(slots, block_size)))
             else:
                 fused.flush_all("end of step")  # (the reads above run first, on their own)
                 write_rows(kv_cache, rows, slots)
@@ -308,12 +309,21 @@ _EINSUM = {
 deferred_writes: list | None = None
 
 
+def slot_index(slots: torch.Tensor, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(block, offset) of each slot. A slot of -1 (padding) goes to block 0, the null
+    block vLLM gives to no request."""
+    slots = slots.clamp(min=0)
+    return slots // block_size, slots % block_size
+
+
 def write_rows(kv_cache: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor) -> None:
-    """``rows`` ([T, Hkv, D + Dv]) into the cache's slots. A slot of -1 (padding) goes
-    to block 0, the null block vLLM gives to no request.
+    """``rows`` ([T, Hkv, D + Dv]) into the cache's slots (:func:`slot_index`)."""
+    write_at(kv_cache, rows, *slot_index(slots, kv_cache.shape[2]))
+
+
+def write_at(kv_cache: torch.Tensor, rows: torch.Tensor, block, offset) -> None:
+    """``rows`` into the cache at (block, offset).
 
     NOTE: one write of K and V side by side into the whole cache: a write through the
     view ``kv_cache[..., :d]`` would rewrite every block of the cache."""
-    block_size = kv_cache.shape[2]
-    slots = slots.clamp(min=0)
-    kv_cache[slots // block_size, :, slots % block_size] = rows
+    kv_cache[block, :, offset] = rows

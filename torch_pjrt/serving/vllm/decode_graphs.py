@@ -8,7 +8,7 @@ decode-only batch (every request adds one token) then runs as the graph of ``(B,
 The graph's inputs are this module's static buffers (token ids, positions, slot mapping,
 each row's blocks); each step copies the step's ``B`` rows into them and replays. Its
 output is the hidden states of the ``B`` rows, and its KV writes run after each replay
-(``attention.write_rows``), in a program of their own.
+(``attention.write_at``), in a program of their own.
 
 Rows past the batch's requests are padding: their slot is -1, which goes to the null
 block (vLLM never gives block 0 to a request), and their outputs are not read. Their
@@ -88,8 +88,8 @@ class DecodeGraphs:
                 return None
         graph, out, writes = entry
         graph.replay()
-        for kv_cache, rows, slots in writes:
-            attention.write_rows(kv_cache, rows, slots)
+        for kv_cache, rows, block, offset in writes:
+            attention.write_at(kv_cache, rows, block, offset)
         return out
 
     def _capture(self, model, b: int, nb: int, ctx):
