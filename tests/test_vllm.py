@@ -136,7 +136,7 @@ def test_qwen2_gpt2_preemption_and_unsupported_options(models):
     starts); Qwen2 eager and GPT-2 compiled, greedy; then a KV cache of 6 blocks for
     four requests that need 10: vLLM preempts and recomputes, and the tokens stay
     transformers' tokens."""
-    results, log = _offline(models, "unsupported", "qwen2_eager", "gpt2", "preemption")
+    results, log = _offline(models, "unsupported", "qwen2_eager", "gpt2", "preemption", "gemma2")
     errors = results["unsupported"]["errors"]
     assert errors["lora"].startswith("NotImplementedError: pjrt: LoRA")
     assert errors["speculative"].startswith("NotImplementedError: pjrt: speculative decoding")
@@ -144,10 +144,34 @@ def test_qwen2_gpt2_preemption_and_unsupported_options(models):
     for kind in ("qwen2", "gpt2"):
         greedy = results["qwen2_eager" if kind == "qwen2" else kind]["greedy"]
         assert greedy == tiny_models.greedy(models / kind, PROMPTS, 12), kind
-    assert log.count("model parameters on ['pjrt:0']") == 3
+    assert log.count("model parameters on ['pjrt:0']") == 4
     preemption = results["preemption"]
     assert preemption["preemptions"] > 0
     assert preemption["greedy"] == tiny_models.greedy(models / "llama", PROMPTS, 24)
+    _check_gemma2(models / "gemma2", results["gemma2"])
+
+
+def _check_gemma2(path, result):
+    """Gemma 2's sliding window and soft-capping: vLLM's logprobs at every position of
+    the prompt and of the generated tokens against transformers' log-softmax on CPU over
+    the whole sequence (prompt and vLLM's tokens), and its greedy tokens."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    (greedy,) = result["greedy"]
+    assert greedy == tiny_models.greedy(path, PROMPTS[2:3], 12)[0]
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    prompt = tok(PROMPTS[2]).input_ids
+    assert len(prompt) > 2 * 8  # past the window
+    ids = torch.tensor([prompt + greedy])
+    with torch.no_grad():
+        logp = model(ids).logits[0].log_softmax(-1)
+    rows = result["logprobs"]
+    assert len(rows) == len(prompt) - 1 + len(greedy)
+    for pos, row in enumerate(rows):
+        for token, value in row.items():
+            assert abs(value - logp[pos, int(token)].item()) < 1e-4, (pos, token)
 
 
 # --- vllm serve -----------------------------------------------------------------------

@@ -128,11 +128,27 @@ def unsupported(models: str) -> dict:
     return {"errors": errors}
 
 
+def gemma2(models: str) -> dict:
+    """Gemma 2 (compiled): the 29-token prompt, past its sliding window of 8, with
+    prompt logprobs, then 12 greedy tokens with their logprobs (decode steps captured)."""
+    llm = _engine(models, "gemma2")
+    sp = SamplingParams(
+        temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True, logprobs=3, prompt_logprobs=3
+    )
+    out = llm.generate(PROMPTS[2:3], sp)[0]
+    rows = out.prompt_logprobs[1:] + out.outputs[0].logprobs
+    return {
+        "greedy": _tokens([out]),
+        "logprobs": [{str(t): v.logprob for t, v in row.items()} for row in rows],
+    }
+
+
 SCENARIOS = {
     "llama": llama,
     "qwen2_eager": lambda models: greedy(models, "qwen2", enforce_eager=True),
     "gpt2": lambda models: greedy(models, "gpt2"),
     "preemption": preemption,
+    "gemma2": gemma2,
     "unsupported": unsupported,
 }
 

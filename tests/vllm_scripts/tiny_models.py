@@ -13,7 +13,7 @@ import pathlib
 
 import torch
 
-KINDS = ("llama", "qwen2", "gpt2")
+KINDS = ("llama", "qwen2", "gpt2", "gemma2")
 
 _TEXT = [
     "the quick brown fox jumps over the lazy dog",
@@ -56,6 +56,7 @@ _ARCHITECTURES = {
     "llama": "LlamaForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
     "gpt2": "GPT2LMHeadModel",
+    "gemma2": "Gemma2ForCausalLM",
 }
 
 
@@ -96,6 +97,22 @@ def build(kind: str, path, hidden: int = 64, layers: int = 2) -> pathlib.Path:
     if kind == "gpt2":
         config = AutoConfig.for_model(
             "gpt2", n_embd=64, n_layer=2, n_head=4, n_positions=256, **ids
+        )
+    elif kind == "gemma2":  # a sliding window (every other layer) and soft-capped logits
+        config = AutoConfig.for_model(
+            "gemma2",
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=16,
+            query_pre_attn_scalar=16,
+            sliding_window=8,
+            attn_logit_softcapping=5.0,
+            final_logit_softcapping=10.0,
+            max_position_embeddings=256,
+            **ids,
         )
     else:
         config = AutoConfig.for_model(

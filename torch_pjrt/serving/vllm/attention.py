@@ -257,7 +257,10 @@ class PjrtAttentionImpl(AttentionImpl):
         q = query[:t].reshape(t, hkv, self.num_queries_per_kv, d).float()
         pos = md.token_pos
         key_pos = torch.arange(s, device=query.device, dtype=torch.int64)
-        allowed = key_pos[None, :] < md.cached[:, None]  # [T, S]
+        if new is not None:  # the keys cached before this step; this step's come below
+            allowed = key_pos[None, :] < md.cached[:, None]  # [T, S]
+        else:  # a layer reading another's cache, which that layer has written this step
+            allowed = key_pos[None, :] <= pos[:, None]
         if self.sliding_window is not None:
             allowed = allowed & (key_pos[None, :] > pos[:, None] - self.sliding_window)
         parts = [(self._scores(q, kv[..., :d], "cache"), allowed, kv[..., d:], "cache")]
