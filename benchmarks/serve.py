@@ -4,11 +4,12 @@ Usage::
 
     .venv/bin/python benchmarks/serve.py
     .venv/bin/python benchmarks/serve.py --concurrency 1 4 16 --new-tokens 64 --json /tmp/s.json
-    .venv/bin/python benchmarks/serve.py --enforce-eager     # vLLM's eager path on pjrt
+    .venv/bin/python benchmarks/serve.py --models 512x8 --enforce-eager  # vLLM's eager path
 
-The model is the tests' tiny Llama (``tests/vllm_scripts/tiny_models.py``: built from a
-config, a tokenizer trained on the spot, random weights from a fixed seed; ``--hidden``
-and ``--layers`` make it larger), float32.
+The models are the tests' tiny Llama (``tests/vllm_scripts/tiny_models.py``: built from
+a config, a tokenizer trained on the spot, random weights from a fixed seed) at two sizes,
+``--models`` (hidden size x layers): 64x2, where the time of a step is all host work,
+and 512x8 (26M parameters), where the device work is a real share of it; float32.
 
 Rows:
 
@@ -131,28 +132,12 @@ def round_at(url: str, model: str, concurrency: int, new_tokens: int) -> dict:
     return {"tok_s": tokens / (end - t0), "ttft_ms": 1e3 * statistics.median(r[0] for r in results)}
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
-    ap.add_argument("--new-tokens", type=int, default=64)
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--hidden", type=int, default=64)
-    ap.add_argument("--layers", type=int, default=2)
-    ap.add_argument("--enforce-eager", action="store_true")
-    ap.add_argument("--json", default=None)
-    args = ap.parse_args(argv)
-
-    import torch
-
-    torch.set_num_threads(args.threads)
-    print("load average at start: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
-    work = pathlib.Path(tempfile.mkdtemp(prefix="serve_bench_"))
-    path = tiny_models.build("llama", work / "llama", hidden=args.hidden, layers=args.layers)
+def bench_model(hidden: int, layers: int, args, work: pathlib.Path) -> dict:
+    """The rows of one model: CPU transformers, then vllm serve on pjrt at each
+    concurrency."""
+    path = tiny_models.build("llama", work / f"llama_{hidden}x{layers}", hidden, layers)
     rows = {"CPU transformers": cpu_transformers(path, args.new_tokens, args.runs)}
-    base = rows["CPU transformers"]["tok_s"]
-
-    with open(work / "serve.log", "w") as log:
+    with open(work / f"serve_{hidden}x{layers}.log", "w") as log:
         proc, url = start_server(path, max(args.concurrency), args.enforce_eager, log)
         try:
             for c in args.concurrency:
@@ -165,18 +150,51 @@ def main(argv=None) -> int:
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(60)
+    return rows
+
+
+def _size(text: str) -> tuple[int, int]:
+    hidden, layers = text.lower().split("x")
+    return int(hidden), int(layers)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
+    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--models", type=_size, nargs="+", default=[(64, 2), (512, 8)],
+        help="Llama sizes as HIDDENxLAYERS (default: 64x2 512x8)",
+    )  # fmt: skip
+    ap.add_argument("--enforce-eager", action="store_true")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    print("load average at start: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    work = pathlib.Path(tempfile.mkdtemp(prefix="serve_bench_"))
+    results = {}
+    for hidden, layers in args.models:
+        results[f"{hidden}x{layers}"] = bench_model(hidden, layers, args, work)
 
     mode = "eager" if args.enforce_eager else "compiled"
-    print(
-        f"\ntiny Llama hidden {args.hidden}, {args.layers} layers, {args.new_tokens} new "
-        f"tokens a request, vLLM {mode}, torch threads {args.threads}"
-    )
-    print(f"{'':20} {'tok/s':>9} {'x CPU':>7} {'TTFT ms':>9}")
-    for name, row in rows.items():
-        print(f"{name:20} {row['tok_s']:9.1f} {row['tok_s'] / base:7.2f} {row['ttft_ms']:9.1f}")
+    for (hidden, layers), rows in zip(args.models, results.values()):
+        base = rows["CPU transformers"]["tok_s"]
+        print(
+            f"\nLlama hidden {hidden}, {layers} layers, {args.new_tokens} new tokens a "
+            f"request, vLLM {mode}, torch threads {args.threads}"
+        )
+        print(f"{'':20} {'tok/s':>9} {'x CPU':>7} {'TTFT ms':>9}")
+        for name, row in rows.items():
+            print(f"{name:20} {row['tok_s']:9.1f} {row['tok_s'] / base:7.2f} {row['ttft_ms']:9.1f}")
     print("\nload average at end: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     if args.json:
-        pathlib.Path(args.json).write_text(json.dumps({"args": vars(args), "rows": rows}))
+        payload = {"args": {**vars(args), "models": list(results)}, "models": results}
+        pathlib.Path(args.json).write_text(json.dumps(payload))
     return 0
 
 
