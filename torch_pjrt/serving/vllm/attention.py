@@ -192,6 +192,7 @@ class PjrtAttentionImpl(AttentionImpl):
         self.kv_cache_dtype = kv_cache_dtype
         self.attn_type = attn_type
         self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
+        self._new = None  # this step's (K and V rows, slots), from do_kv_cache_update
 
     def do_kv_cache_update(
         self,
@@ -241,7 +242,7 @@ class PjrtAttentionImpl(AttentionImpl):
     ) -> torch.Tensor:
         if output_scale is not None or output_block_scale is not None:
             raise NotImplementedError("pjrt attention: fused output quantization")
-        new, self._new = getattr(self, "_new", None), None
+        new, self._new = self._new, None
         if attn_metadata is None:  # profiling / dummy run
             return output
         md = attn_metadata

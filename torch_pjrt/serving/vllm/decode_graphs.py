@@ -37,7 +37,6 @@ class DecodeGraphs:
     token rows, contexts of up to ``max_blocks`` blocks."""
 
     def __init__(self, max_batch: int, max_blocks: int, device: torch.device):
-        self.device = device
         # (B, NB) -> (graph, hidden states, the KV writes to run after each replay)
         self.graphs: dict[tuple[int, int], tuple] = {}
         self.enabled = True
@@ -62,7 +61,7 @@ class DecodeGraphs:
         if any(m is not md for m in metadata.values()):  # more than one KV cache group
             return None
         b = md.token_pos.shape[0]
-        if md.num_actual_tokens != md.num_reqs or md.token_req is None:
+        if md.num_actual_tokens != md.num_reqs:
             return None
         if input_ids.shape[0] != b or b > self.rows.shape[0]:
             return None
@@ -115,7 +114,7 @@ class DecodeGraphs:
             with torch.pjrt.graph(graph):
                 out = model(
                     input_ids=self.input_ids[:b],
-                    positions=self.positions[:b],
+                    positions=positions,
                     intermediate_tensors=None,
                     inputs_embeds=None,
                 )
