@@ -150,6 +150,12 @@ GRAD_TOLERANCES: dict[str, tuple[dict, str]] = {
         "the CPU's float32 alpha-beta gradient is 9.4e-5 from its float64 one; pjrt's "
         "(the vjp of its forward) is 8.9e-6 from it",
     ),
+    "matrix_exp": (
+        {"atol": 1e-5, "rtol": 2e-4},
+        "sample 0 (5x5, gradients up to 542): measured 2026-12-02 on a machine where the "
+        "default tolerance failed, pjrt's float32 gradient is 8.7e-3 from the float64 one "
+        "(CPU's float32: 9.1e-4), at most 7.7e-5 relative to CPU's; forward equal",
+    ),
 }
 
 # --- BEGIN GENERATED (scripts/op_coverage.py --write-expectations) ---
