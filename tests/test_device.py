@@ -86,6 +86,77 @@ def test_memory_statistics_follow_allocations():
     assert torch.pjrt.max_memory_allocated() == torch.pjrt.memory_allocated()
 
 
+def test_memory_stats_have_cudas_keys_and_accelerator_reads_them(monkeypatch):
+    """torch.pjrt.memory_stats() has every key torch.cuda's does (PyTorch's own
+    memory_summary reads them all), ints only; torch.accelerator's memory functions and
+    torch.pjrt.memory give the same figures."""
+    keep = torch.ones(1 << 18, device="pjrt") + 1  # 1 MiB: the large pool
+    small = torch.ones(16, device="pjrt") + 1  # the small pool
+    torch.pjrt.synchronize()
+    stats = torch.pjrt.memory_stats()
+    assert all(type(v) is int for v in stats.values()) and list(stats) == sorted(stats)
+    monkeypatch.setattr(torch.cuda.memory, "memory_stats", lambda device=None: stats)
+    summary = torch.cuda.memory_summary()  # KeyError if a key it reads were missing
+    assert "Allocated memory" in summary and "Non-releasable" in summary
+    for key in ("active_bytes.all.peak", "reserved_bytes.all.peak", "num_alloc_retries",
+                "num_ooms"):  # what TorchTitan's memory monitor reads
+        assert key in stats
+    assert stats["allocated_bytes.large_pool.current"] >= keep.nbytes
+    assert stats["allocated_bytes.small_pool.current"] >= small.nbytes
+    assert stats["allocated_bytes.all.current"] == (
+        stats["allocated_bytes.large_pool.current"] + stats["allocated_bytes.small_pool.current"]
+    )
+    assert stats["active_bytes.all.current"] == stats["allocated_bytes.all.current"]
+    A = torch.accelerator
+    assert A.memory_stats() == stats == torch.pjrt.memory.memory_stats()
+    assert A.memory_allocated() == torch.pjrt.memory_allocated() == stats[
+        "allocated_bytes.all.current"]
+    assert A.max_memory_allocated() == torch.pjrt.max_memory_allocated()
+    assert A.memory_reserved() == torch.pjrt.memory_reserved()
+    assert A.get_memory_info() == torch.pjrt.mem_get_info()
+    del keep
+    A.reset_peak_memory_stats()
+    assert A.max_memory_allocated() == torch.pjrt.memory_allocated()
+    A.reset_accumulated_memory_stats()
+    assert "allocated bytes" in torch.pjrt.memory_summary()
+    with torch_pjrt.mode("fused"):  # recorded work runs before the figures are taken
+        before = torch.pjrt.memory_allocated()
+        made = torch.zeros(1 << 18, device="pjrt")
+        assert torch.pjrt.memory_allocated() - before >= made.nbytes
+    torch.pjrt.memory._record_memory_history(enabled=None)  # off: accepted
+    with pytest.raises(NotImplementedError, match="pjrt device.*memory_stats"):
+        torch.pjrt.memory._record_memory_history(max_entries=1000)
+    with pytest.raises(NotImplementedError, match="pjrt device"):
+        torch.pjrt.memory._snapshot()
+
+
+def test_memory_figures_from_a_platform_that_reports_them(monkeypatch):
+    """Where the PJRT client reports memory (GPU, TPU), its figures are used; a reset
+    peak starts from the current figure, and a later platform peak above the one at
+    the reset shows through."""
+    from torch_pjrt.runtime import properties
+
+    reported = {"bytes_in_use": 100, "peak_bytes_in_use": 900, "bytes_reserved": 1000,
+                "peak_bytes_reserved": 2000, "num_allocs": 7, "bytes_limit": 4096}
+    monkeypatch.setattr(properties, "_platform_stats", lambda device: dict(reported))
+    monkeypatch.setattr(properties, "_peaks", {})
+    monkeypatch.setattr(properties, "_reset_at", {})
+    stats = torch.pjrt.memory_stats()
+    assert (stats["allocated_bytes.all.current"], stats["allocated_bytes.all.peak"]) == (100, 900)
+    assert (stats["reserved_bytes.all.current"], stats["reserved_bytes.all.peak"]) == (1000, 2000)
+    assert stats["allocation.all.allocated"] == 7 and stats["num_ooms"] == 0
+    assert torch.pjrt.mem_get_info() == (4096 - 1000, 4096)
+    torch.pjrt.reset_peak_memory_stats()
+    assert torch.pjrt.max_memory_allocated() == 100
+    reported.update(bytes_in_use=300)
+    assert torch.pjrt.max_memory_allocated() == 300  # seen at this query
+    reported.update(bytes_in_use=50)
+    assert torch.pjrt.max_memory_allocated() == 300
+    reported.update(peak_bytes_in_use=1500)  # a new high between two queries
+    assert torch.pjrt.max_memory_allocated() == 1500
+    assert "the platform's allocator" in torch.pjrt.memory_summary()
+
+
 def test_streams_and_events():
     """torch.pjrt.Stream/Event (torch_pjrt.device.streams): CUDA's interface over one in-order
     queue per device; code that orders work with them gets the same values."""

@@ -14,8 +14,7 @@ raise that the backend does not support them.
 looks them up on every call). Each wrapper runs PyTorch's own function unless the
 current accelerator is pjrt, and otherwise does what pjrt can: the device index is
 ``torch.pjrt``'s, ``synchronize`` waits through ``torch.pjrt``, there is no cache to
-empty, and the memory statistics raise an error naming the ``torch.pjrt`` function that
-has them.
+empty, and the memory statistics are ``torch.pjrt.memory``'s.
 """
 
 from __future__ import annotations
@@ -25,27 +24,15 @@ import functools
 import torch
 
 from torch_pjrt import runtime
+from torch_pjrt.device import memory
 
 __all__ = ["install"]
 
 _PRIVATEUSE1 = int(torch._C._autograd.DeviceType.PrivateUse1.value)
 
-# why the memory functions cannot answer for pjrt
-_NO_ALLOCATOR = (
-    "PyTorch reads it from a C++ caching allocator, which a backend registered from "
-    "Python does not have (pjrt memory is XLA's)"
-)
-
-
 def _on_pjrt() -> bool:
     accelerator = torch._C._accelerator_getAccelerator()
     return accelerator is not None and accelerator.type == "pjrt"
-
-
-def _unsupported(what: str, why: str, instead: str) -> NotImplementedError:
-    return NotImplementedError(
-        f"torch.accelerator.{what} is not supported on the pjrt device yet: {why}. {instead}"
-    )
 
 
 def _exchange_device(device_index: int) -> int:
@@ -90,36 +77,6 @@ def _no_cache() -> None:
     return None
 
 
-def _device_stats(device_index: int):
-    raise _unsupported(
-        "memory_stats() (read by memory_allocated(), max_memory_allocated(), "
-        "memory_reserved() and max_memory_reserved())",
-        _NO_ALLOCATOR,
-        "Use the same functions of torch.pjrt instead: torch.pjrt.memory_stats(), "
-        "torch.pjrt.memory_allocated(), ... (docs/device_api.md).",
-    )
-
-
-def _reset_accumulated(device_index: int):
-    raise _unsupported(
-        "reset_accumulated_memory_stats()",
-        "XLA's allocator keeps no accumulated counts to reset",
-        "torch.pjrt.reset_peak_memory_stats() restarts the peak.",
-    )
-
-
-def _reset_peak(device_index: int):
-    raise _unsupported(
-        "reset_peak_memory_stats()",
-        _NO_ALLOCATOR,
-        "Use torch.pjrt.reset_peak_memory_stats() instead.",
-    )
-
-
-def _memory_info(device_index: int):
-    raise _unsupported("get_memory_info()", _NO_ALLOCATOR, "Use torch.pjrt.mem_get_info() instead.")
-
-
 # torch._C function -> what it does with pjrt as the current accelerator
 _ON_PJRT = {
     "_accelerator_getDeviceIndex": lambda: torch.pjrt.current_device(),
@@ -135,10 +92,12 @@ _ON_PJRT = {
     "_accelerator_isAllocatorInitialized": lambda: runtime.is_initialized(),
     "_accelerator_emptyCache": _no_cache,
     "_accelerator_emptyHostCache": _no_cache,  # PyTorch's: SIGSEGV (no host allocator)
-    "_accelerator_getDeviceStats": _device_stats,
-    "_accelerator_resetAccumulatedStats": _reset_accumulated,
-    "_accelerator_resetPeakStats": _reset_peak,
-    "_accelerator_getMemoryInfo": _memory_info,
+    # torch.pjrt.memory's figures (device/memory.py): torch.accelerator.memory_stats()
+    # flattens and sorts the dict, memory_allocated() and the others read its keys
+    "_accelerator_getDeviceStats": memory.memory_stats,
+    "_accelerator_resetAccumulatedStats": memory.reset_accumulated_memory_stats,
+    "_accelerator_resetPeakStats": memory.reset_peak_memory_stats,
+    "_accelerator_getMemoryInfo": memory.mem_get_info,
 }
 _ORIGINALS: dict = {}
 

@@ -11,15 +11,7 @@ from torch_pjrt.device import random as pjrt_random
 __all__ = ["DeviceModule"]
 
 
-def _index(device=None) -> int:
-    if device is None:
-        return pjrt_random.current_device()
-    if isinstance(device, int):
-        return device
-    device = torch.device(device)
-    if device.type != "pjrt":
-        raise ValueError(f"Expected a pjrt device, got {device}")
-    return device.index if device.index is not None else pjrt_random.current_device()
+_index = pjrt_random.index_of
 
 
 class DeviceModule:
@@ -139,58 +131,30 @@ class DeviceModule:
             pjrt_random.set_rng_state(state, i)
 
     @staticmethod
-    def memory_stats(device=None) -> dict:
-        from torch_pjrt.runtime.properties import memory_stats
-
-        return memory_stats(runtime.device(_index(device)))
-
-    @staticmethod
-    def memory_allocated(device=None) -> int:
-        return DeviceModule.memory_stats(device).get("allocated_bytes.all.current", 0)
-
-    @staticmethod
-    def max_memory_allocated(device=None) -> int:
-        return DeviceModule.memory_stats(device).get("allocated_bytes.all.peak", 0)
-
-    @staticmethod
-    def memory_reserved(device=None) -> int:
-        return DeviceModule.memory_stats(device).get("reserved_bytes.all.current", 0)
-
-    @staticmethod
-    def max_memory_reserved(device=None) -> int:
-        """No platform reports a reserved peak: the larger of the bytes reserved now and
-        the peak in use (a lower bound of the true peak)."""
-        stats = DeviceModule.memory_stats(device)
-        return max(stats["reserved_bytes.all.current"], stats["allocated_bytes.all.peak"])
-
-    @staticmethod
-    def mem_get_info(device=None) -> tuple[int, int]:
-        """(free, total) bytes of the device, as ``torch.cuda.mem_get_info``: total from
-        the platform (the host's memory on the CPU platform), free = total - reserved."""
-        total = DeviceModule.get_device_properties(device).total_memory
-        return max(total - DeviceModule.memory_reserved(device), 0), total
-
-    @staticmethod
     def is_bf16_supported(including_emulation: bool = True) -> bool:
         """True: XLA runs bfloat16 on every PJRT platform (natively or emulated)."""
         return True
 
-    @staticmethod
-    def reset_peak_memory_stats(device=None) -> None:
-        from torch_pjrt.runtime.properties import reset_peak
-
-        reset_peak(runtime.device(_index(device)))
-
-    @staticmethod
-    def empty_cache() -> None:
-        return None
-
+    from torch_pjrt.device import memory
     from torch_pjrt.device.graphs import (
         Graph,
         graph,
         graph_pool_handle,
         is_current_stream_capturing,
         make_graphed_callables,
+    )
+    from torch_pjrt.device.memory import (
+        empty_cache,
+        max_memory_allocated,
+        max_memory_reserved,
+        mem_get_info,
+        memory_allocated,
+        memory_reserved,
+        memory_stats,
+        memory_summary,
+        reset_accumulated_memory_stats,
+        reset_max_memory_allocated,
+        reset_peak_memory_stats,
     )
     from torch_pjrt.device.streams import (
         Event,

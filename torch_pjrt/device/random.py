@@ -28,6 +28,19 @@ def set_current_device(index: int) -> None:
     _current[0] = index
 
 
+def index_of(device=None) -> int:
+    """The index a ``torch.pjrt`` function's ``device`` argument names (an int, a
+    ``torch.device`` or a string; None: the current device)."""
+    if device is None:
+        return current_device()
+    if isinstance(device, int):
+        return device
+    device = torch.device(device)
+    if device.type != "pjrt":
+        raise ValueError(f"Expected a pjrt device, got {device}")
+    return device.index if device.index is not None else current_device()
+
+
 def manual_seed(seed: int, index: int) -> None:
     _seeds[index] = int(seed) & 0xFFFF_FFFF_FFFF_FFFF
     _offsets[index] = 0

@@ -9,10 +9,9 @@ Both ways of running CUDA code on pjrt read it:
   device the rewrite adds, with ``risk``; a name with no ``risk`` is, to migrate,
   CUDA-only (``rules.CUDA_API_DEFAULT``).
 
-NOTE: the ``torch.accelerator`` memory functions need a C++ caching allocator, which a
-backend registered from Python (pjrt, in PyTorch 2.13) cannot provide: they raise there;
-``torch.accelerator.synchronize`` works on pjrt (device/accelerator.py answers it) but
-raises on the CPU without an accelerator. Those calls go through
+NOTE: the ``torch.accelerator`` memory functions and ``synchronize`` work on pjrt
+(device/accelerator.py answers them) but need a C++ caching allocator on other backends
+registered from Python, and raise on the CPU without an accelerator. Those calls go through
 ``torch.get_device_module(device)`` instead, which is ``torch.cuda`` on CUDA, ``torch.pjrt``
 on pjrt, ``torch.xpu`` on XPU, and works the same on each.
 """
@@ -57,7 +56,7 @@ _MOD = "torch.get_device_module({D})."
 _NO_CPU = "torch.cpu has none: guard it with torch.accelerator.is_available()"
 _MEMORY_NOTE = (
     "figures of the device's allocator (torch.accelerator's memory functions raise on "
-    "backends registered from Python, such as pjrt); " + _NO_CPU
+    "backends registered from Python that lack a C++ allocator); " + _NO_CPU
 )
 _PJRT_MEMORY_NOTE = "figures from the PJRT allocator, or the live arrays where it reports none"
 _STAND_IN = "synchronous stand-in"
@@ -135,13 +134,13 @@ CUDA_CALLS: dict[str, CudaCall] = {
     "memory_allocated": _memory("memory_allocated"),
     "max_memory_allocated": _memory("max_memory_allocated"),
     "memory_reserved": _memory("memory_reserved"),
-    "max_memory_reserved": _memory("max_memory_reserved", "torch.pjrt.memory_stats"),
+    "max_memory_reserved": _memory("max_memory_reserved"),
     "memory_stats": _memory("memory_stats"),
+    "memory_summary": _memory("memory_summary"),
     "reset_peak_memory_stats": _memory("reset_peak_memory_stats"),
-    "reset_max_memory_allocated": _memory(
-        "reset_max_memory_allocated", "torch.pjrt.reset_peak_memory_stats", migrate=False
-    ),
-    "mem_get_info": _memory("mem_get_info", "torch.pjrt.memory_stats"),
+    "reset_max_memory_allocated": _memory("reset_max_memory_allocated", migrate=False),
+    "reset_accumulated_memory_stats": _memory("reset_accumulated_memory_stats"),
+    "mem_get_info": _memory("mem_get_info"),
     "empty_cache": CudaCall(
         "nothing",
         APPROX,

@@ -36,7 +36,7 @@ import threading
 import torch
 from torch.overrides import TorchFunctionMode
 
-from torch_pjrt.device import streams
+from torch_pjrt.device import memory, streams
 from torch_pjrt.migrate.cuda_calls import APPROX, CUDA_CALLS, EXACT, UNSUPPORTED, pjrt_call
 
 __all__ = ["MAPPINGS", "Receipt", "install", "installed", "receipt", "uninstall"]
@@ -281,31 +281,6 @@ def _default_stream(device=None):
     return Stream(device)
 
 
-def _memory(name):
-    stats = torch.pjrt.memory_stats
-
-    def get(device=None):
-        s = stats(_pjrt_device(device))
-        if name == "mem_get_info":
-            total = torch.pjrt.get_device_properties(_pjrt_device(device)).total_memory
-            return (max(total - s.get("reserved_bytes.all.current", 0), 0), total)
-        key = {
-            "memory_allocated": "allocated_bytes.all.current",
-            "max_memory_allocated": "allocated_bytes.all.peak",
-            "memory_reserved": "reserved_bytes.all.current",
-            "max_memory_reserved": "reserved_bytes.all.peak",
-        }.get(name)
-        if key is None:
-            return s
-        return s.get(key, 0)
-
-    return get
-
-
-def _reset_peak(device=None):
-    torch.pjrt.reset_peak_memory_stats(_pjrt_device(device))
-
-
 def _on_pjrt(fn):
     """A torch.pjrt function taking a device: cuda devices are mapped first."""
 
@@ -331,14 +306,8 @@ def _cuda_targets() -> dict:
     t["init"] = lambda: p._lazy_init()
     t["get_rng_state"] = lambda device="cuda": p.get_rng_state(_pjrt_device(device))
     t["set_rng_state"] = lambda state, device="cuda": p.set_rng_state(state, _pjrt_device(device))
-    for name in (
-        "memory_allocated", "max_memory_allocated", "memory_reserved",
-        "max_memory_reserved", "memory_stats", "mem_get_info",
-    ):  # fmt: skip
-        t[name] = _memory(name)
-    t["reset_peak_memory_stats"] = _reset_peak
-    t["reset_max_memory_allocated"] = _reset_peak
-    t["empty_cache"] = lambda: None
+    for name in memory.__all__:  # torch.pjrt.memory has torch.cuda's names
+        t[name] = _on_pjrt(getattr(memory, name))
     t["is_bf16_supported"] = lambda including_emulation=True: True
     t["current_stream"] = _default_stream
     t["default_stream"] = _default_stream
