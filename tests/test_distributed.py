@@ -217,8 +217,13 @@ def test_single_process_group_and_errors():
             torch.ops._c10d_functional.all_gather_into_tensor(x, 2, dist.group.WORLD.group_name)
         with pytest.raises(RuntimeError, match="ReduceOp.AVG needs a floating point"):
             dist.all_reduce(torch.ones(3, dtype=torch.int64, device="pjrt"), op=dist.ReduceOp.AVG)
-        with pytest.raises(RuntimeError, match="does not support ReduceOp.PREMUL_SUM"):
-            dist.all_reduce(x, op=dist._make_nccl_premul_sum(2.0))
+        y = x.clone()
+        dist.all_reduce(y, op=dist._make_nccl_premul_sum(2.0))  # one rank: x times 2
+        assert torch.equal(y.cpu(), x.cpu() * 2)
+        with pytest.raises(RuntimeError, match="ReduceOp.PREMUL_SUM needs a floating point"):
+            dist.all_reduce(
+                torch.ones(3, dtype=torch.int64, device="pjrt"), op=dist.ReduceOp.PREMUL_SUM(2.0)
+            )
         with pytest.raises(RuntimeError, match="all be pjrt tensors or all CPU"):
             dist.all_gather_into_tensor(torch.empty(2, 3), x)
         with pytest.raises(RuntimeError, match="does not support dtype torch.complex64"):

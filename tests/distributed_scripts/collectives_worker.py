@@ -10,6 +10,7 @@ rank, so equal results mean the data really crossed processes. Prints one
 
 from __future__ import annotations
 
+import copy
 import os
 import sys
 import time
@@ -59,6 +60,39 @@ def gloo_supports(dtype, gloo) -> bool:
         return True
     except RuntimeError:
         return False
+
+
+def torchrun_conventions(rank: int, world: int) -> None:
+    """What torchrun scripts written for CUDA do: the device named by LOCAL_RANK, though
+    this process sees one device (pjrt:LOCAL_RANK is another name of its pjrt:0, as
+    cuda:0 is a process's one GPU under CUDA_VISIBLE_DEVICES), DDP with
+    device_ids=[local_rank], a backward pass."""
+    local = int(os.environ["LOCAL_RANK"])
+    assert local == rank  # one host
+    torch.pjrt.set_device(local)
+    assert torch.accelerator.current_device_index() == torch.pjrt.current_device() == 0
+    mine = torch.device(f"pjrt:{local}")
+    t = torch.full((3,), float(rank + 1), device=mine)
+    dist.all_reduce(t)
+    assert t.device == torch.device("pjrt:0"), t.device
+    assert torch.equal(t.cpu(), torch.full((3,), world * (world + 1) / 2))
+    torch.manual_seed(0)
+    cpu = torch.nn.Linear(3, 2)
+    model = torch.nn.parallel.DistributedDataParallel(
+        copy.deepcopy(cpu).to(mine), device_ids=[local]
+    )
+    x = torch.arange(3.0) + rank
+    model(x.to(mine)[None]).sum().backward()
+    inputs = torch.stack([torch.arange(3.0) + r for r in range(world)])
+    cpu(inputs).sum().backward()  # DDP averages the ranks' gradients
+    assert torch.allclose(model.module.weight.grad.cpu(), cpu.weight.grad / world)
+    if local == 0:  # another rank's device: a clear error
+        try:
+            torch.ones(1, device="pjrt:1").cpu()
+        except RuntimeError as exc:
+            assert "sees 1 device(s)" in str(exc), exc
+        else:
+            raise AssertionError("pjrt:1 made on local rank 0")
 
 
 def main() -> None:
@@ -168,6 +202,25 @@ def main() -> None:
         dist.all_to_all_single(got, big.to(dev))
         check(f"all_to_all_single {dtype}", got, ref)
 
+        if dtype.is_floating_point:  # PREMUL_SUM (FSDP2's gradient reduce): gloo has none
+            premul = {}
+            for factor in (0.25, torch.tensor(0.5)):
+                f = float(factor)
+                premul[f] = (x * f).to(dtype)
+                dist.all_reduce(premul[f], group=gloo)
+                got = x.to(dev)
+                dist.all_reduce(got, op=dist.ReduceOp.PREMUL_SUM(factor))
+                check(f"all_reduce premul_sum({f}) {dtype}", got, premul[f])
+            got = x.to(dev)
+            dist.reduce(got, dst=0, op=dist.ReduceOp.PREMUL_SUM(0.25))
+            if rank == 0:
+                check(f"reduce premul_sum {dtype}", got, premul[0.25])
+            full = (big * 0.25).to(dtype)
+            dist.all_reduce(full, group=gloo)
+            got = torch.empty((2, 3), dtype=dtype, device=dev)
+            dist.reduce_scatter_tensor(got, big.to(dev), op=dist.ReduceOp.PREMUL_SUM(0.25))
+            check(f"reduce_scatter_tensor premul_sum {dtype}", got, full[rank * 2 : rank * 2 + 2])
+
         # async handles
         got = x.to(dev)
         work = dist.all_reduce(got, async_op=True)
@@ -204,6 +257,12 @@ def main() -> None:
             ),
             "equal splits",
         ),
+        (
+            lambda: dist.all_reduce(
+                torch.ones(2, dtype=torch.int32, device=dev), op=dist.ReduceOp.PREMUL_SUM(2.0)
+            ),
+            "ReduceOp.PREMUL_SUM needs a floating point tensor",
+        ),
     ):
         try:
             call()
@@ -212,6 +271,7 @@ def main() -> None:
         else:
             raise AssertionError(f"no error ({words})")
 
+    torchrun_conventions(rank, world)
     dist.barrier()
     work = dist.barrier(async_op=True)
     work.wait()

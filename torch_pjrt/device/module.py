@@ -44,8 +44,9 @@ class DeviceModule:
 
     @staticmethod
     def device_count() -> int:
-        """Number of devices of the chosen platform."""
-        return runtime.device_count()
+        """Number of devices of the chosen platform (under torchrun, with one device a
+        process: the launcher's LOCAL_WORLD_SIZE; docs/distributed.md)."""
+        return runtime.visible_device_count()
 
     @staticmethod
     def current_device() -> int:
@@ -55,8 +56,8 @@ class DeviceModule:
     def set_device(device) -> None:
         """Make ``pjrt:device`` the process's default pjrt device."""
         index = _index(device)
-        runtime.device(index)
-        pjrt_random.set_current_device(index)
+        runtime.device(index)  # raises on an invalid index
+        pjrt_random.set_current_device(runtime.canonical_index(index))
 
     @staticmethod
     def synchronize(device=None) -> None:

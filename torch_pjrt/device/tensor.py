@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
+from torch_pjrt import runtime
 from torch_pjrt.config import settings
 from torch_pjrt.modes import fused
 from torch_pjrt.modes.fused import Pending
@@ -333,6 +334,8 @@ def new_tensor(
         strides = tuple(strides)
         needed = storage_size(shape, strides)
     size = needed if size is None else size
+    if index:  # pjrt:LOCAL_RANK may be another name of this process's pjrt:0
+        index = runtime.canonical_index(index)
     t = _handle(index, shape, strides, dtype, size * dtype.itemsize)
     setattr(t.untyped_storage(), _ATTR, Cell(size, dtype, index, array, owned))
     return t
@@ -345,6 +348,8 @@ def wrap(array: jax.Array, index: int, owned: bool = False) -> torch.Tensor:
     if layout is None:
         layout = _wrap_layout(array.shape, array.dtype)
     template, dtype, size, nbytes = layout
+    if index:
+        index = runtime.canonical_index(index)
     t = _from_template(template, index, nbytes)
     setattr(t.untyped_storage(), _ATTR, Cell(size, dtype, index, array, owned))
     return t

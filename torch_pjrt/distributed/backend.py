@@ -171,7 +171,8 @@ class PjrtProcessGroup(dist.ProcessGroup):
                     f"(jax.process_count() is {jax.process_count()}). Launch with torchrun so "
                     "that torch_pjrt starts JAX's distributed runtime (see docs/distributed.md)."
                 )
-            found = tuple(sorted(by_process[r], key=lambda d: d.id)[index] for r in self._ranks)
+            local = runtime.local_index(index)  # pjrt:LOCAL_RANK may be this process's 0
+            found = tuple(sorted(by_process[r], key=lambda d: d.id)[local] for r in self._ranks)
             if found[self.rank()] != runtime.device(index):
                 raise RuntimeError(
                     f"pjrt process group: rank {self.rank()}'s pjrt:{index} is "
@@ -182,18 +183,20 @@ class PjrtProcessGroup(dist.ProcessGroup):
         return found
 
     @staticmethod
-    def _check(name: str, tensors, reduce: str | None = None) -> None:
+    def _check(name: str, tensors, reduce=None) -> None:
         for t in tensors:
             if t.dtype not in _DTYPES:
                 raise RuntimeError(f"pjrt process group: {name} does not support dtype {t.dtype}")
         if reduce is None:
             return
         dtype = tensors[0].dtype
-        if reduce == "avg" and dtype not in _FLOATS:
-            raise RuntimeError(
-                f"pjrt process group: {name} with ReduceOp.AVG needs a floating point tensor, "
-                f"got {dtype}"
-            )
+        if reduce == "avg" or reduce[0] == "premul_sum":
+            if dtype not in _FLOATS:
+                which = "AVG" if reduce == "avg" else "PREMUL_SUM"
+                raise RuntimeError(
+                    f"pjrt process group: {name} with ReduceOp.{which} needs a floating point "
+                    f"tensor, got {dtype}"
+                )
         if reduce in ("band", "bor", "bxor") and dtype in _FLOATS:
             raise RuntimeError(
                 f"pjrt process group: {name} with a bitwise ReduceOp needs an integer or bool "
@@ -205,10 +208,15 @@ class PjrtProcessGroup(dist.ProcessGroup):
             )
 
     @staticmethod
-    def _reduction(name: str, op) -> str:
+    def _reduction(name: str, op):
+        """The collectives' name of a reduction: a string, or ("premul_sum", factor) for
+        ``ReduceOp.PREMUL_SUM(factor)`` (each rank's input times the factor, summed)."""
         for key, kind in _OPS.items():
             if op == key:
                 return kind
+        if getattr(op, "op", None) == ReduceOp.RedOpType.PREMUL_SUM:
+            factor = op.factor  # a float, or a one-element tensor (read on the host)
+            return ("premul_sum", float(factor.item() if torch.is_tensor(factor) else factor))
         which = getattr(getattr(op, "op", op), "name", op)
         raise RuntimeError(f"pjrt process group: {name} does not support ReduceOp.{which}")
 

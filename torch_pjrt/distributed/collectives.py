@@ -24,8 +24,17 @@ __all__ = ["AXIS", "body", "per_rank", "run", "sharding"]
 AXIS = _AXIS = "r"  # the mesh axis of a group's ranks
 
 
-def _reduce(kind: str, x, n: int):
+def _premultiplied(kind, x):
+    """``ReduceOp.PREMUL_SUM(factor)`` (kind ``("premul_sum", factor)``) is a sum of the
+    inputs times the factor: (x * factor, "sum"); any other kind is left as it is."""
+    if isinstance(kind, tuple) and kind[0] == "premul_sum":
+        return (x * kind[1]).astype(x.dtype), "sum"
+    return x, kind
+
+
+def _reduce(kind, x, n: int):
     """Reduce ``x`` across the mesh axis (the result is the same on every rank)."""
+    x, kind = _premultiplied(kind, x)
     if kind == "sum":
         return lax.psum(x, _AXIS)
     if kind == "avg":
@@ -59,13 +68,13 @@ def body(op: str, n: int, extra):
         kind, out_shape = extra
 
         def reduce_scatter(x):
-            chunks = x.reshape((n, *out_shape))
-            if kind in ("sum", "avg"):
+            chunks, how = _premultiplied(kind, x.reshape((n, *out_shape)))
+            if how in ("sum", "avg"):
                 out = lax.psum_scatter(chunks, _AXIS, scatter_dimension=0, tiled=False)
-                if kind == "avg":
+                if how == "avg":
                     out = (out / n).astype(x.dtype)
             else:
-                out = _reduce(kind, chunks, n)[lax.axis_index(_AXIS)]
+                out = _reduce(how, chunks, n)[lax.axis_index(_AXIS)]
             return out[None]
 
         return reduce_scatter

@@ -5,17 +5,21 @@ Nothing outside this package knows which chip it runs on.
 
 from torch_pjrt.runtime.platform import (
     PlatformError,
+    canonical_index,
     current_platform,
     device,
     device_count,
     devices,
     init,
     is_initialized,
+    local_index,
+    visible_device_count,
 )
 from torch_pjrt.runtime.transfer import from_host, to_host
 
 __all__ = [
     "PlatformError",
+    "canonical_index",
     "current_platform",
     "device",
     "device_count",
@@ -23,5 +27,7 @@ __all__ = [
     "from_host",
     "init",
     "is_initialized",
+    "local_index",
     "to_host",
+    "visible_device_count",
 ]

@@ -46,6 +46,9 @@ class _State:
         self.lock = threading.Lock()
         self.platform: str | None = None
         self.devices: list = []
+        # pjrt:LOCAL_RANK -> 0 under a launcher when this process sees one device
+        self.aliases: dict[int, int] = {}
+        self.visible = 0  # the device count PyTorch is told (launcher's view)
 
 
 _state = _State()
@@ -196,6 +199,7 @@ def init(platform: str | None = None) -> str:
         # NOTE: the name asked for ("cuda"), not the devices' own ("gpu")
         _state.platform = wanted
         _state.devices = found
+        _state.aliases, _state.visible = _local_rank_alias(len(found))
         log.info("torch_pjrt: platform %s with %d device(s)", _state.platform, len(found))
         return _state.platform
 
@@ -218,14 +222,61 @@ def device_count() -> int:
     return len(devices())
 
 
+def _local_rank_alias(count: int) -> tuple[dict[int, int], int]:
+    """Under torchrun, scripts name their device ``pjrt:LOCAL_RANK`` (``set_device(
+    local_rank)``, DDP's ``device_ids=[local_rank]``), as on CUDA where each process sees
+    the host's GPUs. A process that sees only its own device (the CPU platform, or a GPU
+    given to it alone) takes that index as another name of its pjrt:0, and reports the
+    host's count, LOCAL_WORLD_SIZE, as the launcher knows it. Returns (aliases, the count
+    reported)."""
+    env = launch.torchrun_env()
+    if env is None or count != 1 or env["local_world_size"] <= 1:
+        return {}, count
+    aliases = {env["local_rank"]: 0} if env["local_rank"] else {}
+    return aliases, env["local_world_size"]
+
+
+def visible_device_count() -> int:
+    """``torch.pjrt.device_count()``: the platform's devices, or under a launcher whose
+    processes see one device each, the launcher's count (:func:`_local_rank_alias`)."""
+    if _state.platform is None:
+        init()
+    return _state.visible
+
+
+def canonical_index(index: int) -> int:
+    """``index``, or 0 where ``pjrt:index`` is another name of this process's one device
+    (:func:`_local_rank_alias`): the index its tensors and its current device carry."""
+    return _state.aliases.get(index, index)
+
+
+def local_index(index: int | None) -> int:
+    """The position in :func:`devices` of ``pjrt:index``; raises PyTorch's kind of error
+    when there is none."""
+    found = devices()
+    i = 0 if index is None else index
+    if 0 <= i < len(found):
+        return i
+    if i in _state.aliases:
+        return _state.aliases[i]
+    launched = launch.torchrun_env()
+    under = (
+        f" This process (torchrun local rank {launched['local_rank']}) sees "
+        f"{len(found)} device(s); pjrt:LOCAL_RANK names its own device only when it "
+        "sees one."
+        if launched is not None
+        else ""
+    )
+    raise RuntimeError(
+        f"Invalid device pjrt:{i}: the '{_state.platform}' platform has {len(found)} "
+        f"device(s), so valid indices are 0 to {len(found) - 1}.{under} "
+        "(On the CPU platform, TORCH_PJRT_CPU_DEVICES=N gives N devices.)"
+    )
+
+
 def device(index: int | None):
     """The JAX device behind ``pjrt:index``; raises PyTorch's kind of error when invalid."""
     found = devices()
-    i = 0 if index is None else index
-    if not 0 <= i < len(found):
-        raise RuntimeError(
-            f"Invalid device pjrt:{i}: the '{_state.platform}' platform has {len(found)} "
-            f"device(s), so valid indices are 0 to {len(found) - 1}. "
-            "(On the CPU platform, TORCH_PJRT_CPU_DEVICES=N gives N devices.)"
-        )
-    return found[i]
+    if index is not None and 0 <= index < len(found):
+        return found[index]
+    return found[local_index(index)]
