@@ -35,15 +35,19 @@ def _device(device=None):
     return runtime.device(pjrt_random.index_of(device))
 
 
-def memory_stats(device=None) -> dict:
-    """``torch.cuda.memory_stats``' keys, sorted, every value an int. Work recorded in
-    fused mode runs first (without waiting for it), so that the figures count the
-    tensors made so far, as on CUDA."""
+def _flushed(device=None):
+    """The JAX device, after the work recorded in fused mode has been started (not
+    waited for), so that the figures count the tensors made so far, as on CUDA."""
     from torch_pjrt.modes import fused
 
     dev = _device(device)
     fused.flush_all("memory query")
-    return properties.memory_stats(dev)
+    return dev
+
+
+def memory_stats(device=None) -> dict:
+    """``torch.cuda.memory_stats``' keys, sorted, every value an int."""
+    return properties.memory_stats(_flushed(device))
 
 
 def memory_allocated(device=None) -> int:
@@ -77,8 +81,7 @@ def mem_get_info(device=None) -> tuple[int, int]:
 
 def reset_peak_memory_stats(device=None) -> None:
     """Start every peak again from the current figure."""
-    memory_stats(device)  # (runs the recorded work first)
-    properties.reset_peak(_device(device))
+    properties.reset_peak(_flushed(device))
 
 
 def reset_max_memory_allocated(device=None) -> None:
@@ -98,8 +101,8 @@ def empty_cache() -> None:
 
 def memory_summary(device=None, abbreviated: bool = False) -> str:
     """A readable table of :func:`memory_stats`, as ``torch.cuda.memory_summary``."""
-    dev = _device(device)
-    stats = memory_stats(device)
+    dev = _flushed(device)
+    stats = properties.memory_stats(dev)
     source = properties.memory_source(dev)
     lines = [
         f"pjrt memory summary, device pjrt:{dev.id} ({dev.platform}, {dev.device_kind})",

@@ -190,7 +190,7 @@ class PjrtProcessGroup(dist.ProcessGroup):
         if reduce is None:
             return
         dtype = tensors[0].dtype
-        if reduce == "avg" or reduce[0] == "premul_sum":
+        if reduce == "avg" or isinstance(reduce, tuple):  # (tuple: PREMUL_SUM)
             if dtype not in _FLOATS:
                 which = "AVG" if reduce == "avg" else "PREMUL_SUM"
                 raise RuntimeError(

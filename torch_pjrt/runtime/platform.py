@@ -232,8 +232,7 @@ def _local_rank_alias(count: int) -> tuple[dict[int, int], int]:
     env = launch.torchrun_env()
     if env is None or count != 1 or env["local_world_size"] <= 1:
         return {}, count
-    aliases = {env["local_rank"]: 0} if env["local_rank"] else {}
-    return aliases, env["local_world_size"]
+    return {env["local_rank"]: 0}, env["local_world_size"]
 
 
 def visible_device_count() -> int:
