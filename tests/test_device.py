@@ -195,6 +195,86 @@ def test_streams_and_events():
         torch.pjrt.Stream("cpu")
 
 
+def test_the_device_guard_is_native():
+    """The C++ device guard (torch_pjrt/device/guard.cpp) is built and registered: the
+    tests below need it, and every machine that runs make test has a C++ compiler."""
+    from torch_pjrt.device import guard
+
+    assert guard.native() == (True, "")
+
+
+@pytest.mark.devices(2)
+def test_autograd_on_every_device():
+    """The autograd engine keeps a queue for every pjrt device (the guard's count): a
+    backward pass on pjrt:1 gives CPU's gradients, on pjrt:1, and leaves the current
+    device alone (the engine's device threads set their own)."""
+    w_cpu = torch.randn(3, 4, dtype=torch.float64)
+    x_cpu = torch.randn(5, 3, dtype=torch.float64)
+    grads = {}
+    for device in ("cpu", "pjrt:1", "pjrt:0"):
+        w = w_cpu.to(device).detach().requires_grad_()
+        (x_cpu.to(device) @ w).tanh().pow(2).sum().backward()
+        assert w.grad.device == torch.device(device)
+        grads[device] = w.grad.cpu()
+    assert torch.pjrt.current_device() == 0
+    torch.testing.assert_close(grads["pjrt:1"], grads["cpu"])
+    torch.testing.assert_close(grads["pjrt:0"], grads["cpu"])
+
+
+@pytest.mark.devices(2)
+def test_current_device_is_per_thread():
+    """As CUDA's: a thread starts on device 0 and sets its own."""
+    import threading
+
+    seen = []
+
+    def other():
+        seen.append(torch.pjrt.current_device())
+        torch.pjrt.set_device(1)
+        seen.append(torch.empty(1, device="pjrt").device.index)
+
+    torch.accelerator.set_device_index(1)
+    try:
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join()
+        assert seen == [0, 1] and torch.accelerator.current_device_index() == 1
+    finally:
+        torch.accelerator.set_device_index(0)
+    thread = threading.Thread(target=other)
+    thread.start()
+    thread.join()
+    assert torch.pjrt.current_device() == 0
+
+
+@pytest.mark.devices(2)
+def test_pytorchs_event_and_stream():
+    """torch.Event and torch.Stream, PyTorch's device-generic classes, on pjrt: record,
+    wait, query, synchronize and elapsed time, with torch.pjrt.Event's rules (a timing
+    event waits for the device when recorded), and PyTorch's errors."""
+    stream = torch.Stream(device="pjrt:1")
+    assert stream.device == torch.device("pjrt:1") and stream.query()
+    assert torch.Stream(device="pjrt").device == torch.device("pjrt:0")  # the current one
+    start, end = torch.Event(device="pjrt:1", enable_timing=True), torch.Event(enable_timing=True)
+    start.record(stream)
+    x = torch.arange(6.0, device="pjrt:1") * 2
+    end.record(stream)
+    end.synchronize()
+    assert start.query() and end.query() and start.elapsed_time(end) >= 0.0
+    assert start.event_id != end.event_id
+    plain = stream.record_event()
+    plain.wait(stream)
+    plain.synchronize()
+    stream.synchronize()
+    with pytest.raises(ValueError, match="enable_timing=True"):
+        plain.elapsed_time(end)
+    with pytest.raises(ValueError, match="must be recorded"):
+        torch.Event(enable_timing=True).elapsed_time(end)
+    with pytest.raises(RuntimeError, match=r"Invalid device pjrt:7"):
+        torch.Stream(device="pjrt:7").synchronize()
+    torch.testing.assert_close(x.cpu(), torch.arange(6.0) * 2)
+
+
 def test_storage_resize_frees_and_restores_the_buffer():
     """FSDP2 frees its unsharded parameters with storage.resize_(0) and has them back
     with resize_(nbytes) before writing them again."""

@@ -37,9 +37,10 @@ def register() -> None:
         from torch_pjrt import distributed, ops
         from torch_pjrt.compile import inductor
         from torch_pjrt.compile.dynamo import skip_torch_pjrt
-        from torch_pjrt.device import accelerator, serialization
+        from torch_pjrt.device import accelerator, guard, serialization
         from torch_pjrt.kernels import attention, flex
 
+        guard.install()  # the C++ device guard in place of the Python one, if it builds
         ops.install()
         attention.install()  # F.scaled_dot_product_attention: the kernel or XLA, per chip
         flex.install()  # FlexAttention: past its device check

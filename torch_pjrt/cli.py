@@ -44,6 +44,7 @@ def format_report(r: dict) -> str:
             lines.append(f"  {name:<22} {v}")
     else:
         lines.append("PJRT plugins  none installed (only the CPU platform is available)")
+    lines.append(f"device guard  {r['device_guard']}")
     if r["requested_platform"]:
         lines.append(f"requested     {r['requested_platform']}")
     if r["platform"]:

@@ -2,13 +2,14 @@
 
 PyTorch's ``torch.accelerator`` functions are thin Python over ``torch._C._accelerator_*``,
 which reach the accelerator's C++ device guard, caching allocator and host allocator. A
-backend registered from Python (``torch._C._acc``) has none of them, and PyTorch 2.13
+backend registered from Python (``torch._C._acc``) has no allocators, and PyTorch 2.13
 does not check for that: once the device is initialized (the first pjrt tensor calls
 ``torch.pjrt._lazy_init``), ``empty_host_cache()`` calls through a null host allocator
 (SIGSEGV); the memory functions fail an internal assert that asks for a PyTorch bug
-report; ``set_device_index`` is ignored and ``current_device_index`` is always 0 (the
-Python device guard's fixed answers); ``synchronize`` and ``get_device_capability``
-raise that the backend does not support them.
+report; ``get_device_capability`` raises that the backend does not support it. The
+device functions reach pjrt's C++ guard (``device/guard.py``); the wrappers below also
+check the index and apply torchrun's aliases, and serve where that guard could not be
+built (the Python guard answers device 0 and cannot synchronize).
 
 ``install()`` wraps those ``torch._C._accelerator_*`` functions (``torch.accelerator``
 looks them up on every call). Each wrapper runs PyTorch's own function unless the

@@ -197,5 +197,8 @@ class _Hooks(torch._C._acc.PrivateUse1Hooks):
 
 
 class _Guard(torch._C._acc.DeviceGuard):
+    """The guard PyTorch's Python registration takes; ``device/guard.py`` replaces it
+    with the C++ one where that builds."""
+
     def type_(self):
         return torch._C._autograd.DeviceType.PrivateUse1

@@ -10,6 +10,9 @@ import struct
 
 import torch
 
+# the current device is the device guard's (per thread); the RNG state is kept per device
+from torch_pjrt.device.guard import current_device, set_current_device  # noqa: F401
+
 __all__ = ["current_device", "get_rng_state", "initial_seed", "manual_seed", "set_rng_state"]
 
 DEFAULT_SEED = 67280421310721
@@ -17,15 +20,6 @@ DEFAULT_SEED = 67280421310721
 _default_seed = [DEFAULT_SEED]
 _seeds: dict[int, int] = {}
 _offsets: dict[int, int] = {}
-_current = [0]
-
-
-def current_device() -> int:
-    return _current[0]
-
-
-def set_current_device(index: int) -> None:
-    _current[0] = index
 
 
 def index_of(device=None) -> int:

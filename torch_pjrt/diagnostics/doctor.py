@@ -184,11 +184,14 @@ def doctor(platform: str | None = None) -> dict:
     """Everything ``torch-pjrt doctor`` checks, as a dict (``ok`` says if all passed)."""
     from torch_pjrt import runtime
     from torch_pjrt.config import settings
+    from torch_pjrt.device import guard
 
+    native, why = guard.native()
     report: dict = {
         "ok": False,
         "versions": versions(),
         "plugins": installed_plugins(),
+        "device_guard": "C++" if native else f"Python ({why})",
         "requested_platform": platform or settings.platform,
         "platform": None,
         "device_count": 0,

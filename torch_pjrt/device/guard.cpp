@@ -1,0 +1,189 @@
+// pjrt's device guard: the C++ object PyTorch asks, for the PrivateUse1 device type,
+// which device is current, how many there are, and how to record, wait for and time
+// events. A guard registered from Python (torch._C._acc.DeviceGuard) answers one device
+// and no events, so the autograd engine has no queue for pjrt:1 and torch.Event raises.
+//
+// Built by torch_pjrt/device/guard.py with the C++ compiler against PyTorch's own
+// headers and libc10 (no Python headers: Python calls in through ctypes). The current
+// device is per thread, as CUDA's is; the device count and the waits are Python's
+// answers (torch_pjrt.runtime), through the callbacks given to pjrt_guard_install.
+
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/util/Exception.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+namespace {
+
+using c10::Device;
+using c10::DeviceIndex;
+using c10::DeviceType;
+using c10::EventFlag;
+using c10::Stream;
+
+// Python's side. count(): the device count (0 when there is no platform); wait(i): wait
+// for pjrt:i's queue, 0 on success, else nonzero after pjrt_guard_fail(message).
+using CountFn = int (*)();
+using WaitFn = int (*)(int);
+
+CountFn py_count = nullptr;
+WaitFn py_wait = nullptr;
+thread_local std::string failure;
+
+thread_local DeviceIndex current = 0;
+
+struct EventState {
+  DeviceIndex device = -1;
+  double time_ms = 0.0;  // host time after the device's queue drained (timing events)
+};
+std::mutex events_lock;
+std::unordered_map<std::uintptr_t, EventState> events;
+std::atomic<std::uintptr_t> next_event{1};
+
+void wait_for(DeviceIndex index) {
+  TORCH_CHECK(py_wait != nullptr, "pjrt: the device guard is not installed");
+  failure.clear();
+  TORCH_CHECK(py_wait(static_cast<int>(index)) == 0, failure);
+}
+
+// A device without an index (pjrt) is the current device, as for CUDA.
+Device resolved(Device d) {
+  return d.has_index() ? d : Device(DeviceType::PrivateUse1, current);
+}
+
+double now_ms() {
+  using namespace std::chrono;
+  return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
+}
+
+struct Guard final : public c10::impl::DeviceGuardImplInterface {
+  DeviceType type() const override {
+    return DeviceType::PrivateUse1;
+  }
+  Device exchangeDevice(Device d) const override {
+    Device old(type(), current);
+    current = d.index();
+    return old;
+  }
+  Device getDevice() const override {
+    return Device(type(), current);
+  }
+  void setDevice(Device d) const override {
+    current = d.index();
+  }
+  void uncheckedSetDevice(Device d) const noexcept override {
+    current = d.index();
+  }
+  DeviceIndex deviceCount() const noexcept override {
+    int count = py_count != nullptr ? py_count() : 1;
+    return static_cast<DeviceIndex>(count < 0 ? 0 : count);
+  }
+
+  // One in-order queue a device (docs/device_api.md): every stream is stream 0.
+  Stream getStream(Device d) const override {
+    return Stream(Stream::DEFAULT, resolved(d));
+  }
+  Stream getNewStream(Device d, int priority) const override {
+    return Stream(Stream::DEFAULT, resolved(d));
+  }
+  Stream getStreamFromGlobalPool(Device d, bool high_priority) const override {
+    return Stream(Stream::DEFAULT, resolved(d));
+  }
+  // As CUDA's: the stream's device's current stream changes, not the current device
+  // (a StreamGuard changes that through exchangeDevice).
+  Stream exchangeStream(Stream s) const override {
+    return Stream(Stream::DEFAULT, s.device());
+  }
+  bool queryStream(const Stream& stream) const override {
+    return true;  // as torch.pjrt.Stream.query: work in the queue runs in order
+  }
+  void synchronizeStream(const Stream& stream) const override {
+    wait_for(stream.device_index());
+  }
+  void synchronizeDevice(const DeviceIndex index) const override {
+    wait_for(index < 0 ? current : index);
+  }
+
+  // Events: a point in a device's queue. A timing event waits for the queue when
+  // recorded and keeps the host time (torch.pjrt.Event's rule).
+  void record(void** event, const Stream& stream, const DeviceIndex index,
+              const EventFlag flag) const override {
+    TORCH_CHECK(index == -1 || index == stream.device_index(), "Event device index ", index,
+                " does not match recording stream's device index ", stream.device_index(), ".");
+    if (*event == nullptr) {
+      *event = reinterpret_cast<void*>(next_event.fetch_add(1));
+    }
+    EventState state;
+    state.device = stream.device_index();
+    if (flag == EventFlag::BACKEND_DEFAULT) {
+      wait_for(state.device);
+      state.time_ms = now_ms();
+    }
+    std::lock_guard<std::mutex> hold(events_lock);
+    events[reinterpret_cast<std::uintptr_t>(*event)] = state;
+  }
+  void block(void* event, const Stream& stream) const override {}  // one queue: in order
+  bool queryEvent(void* event) const override {
+    return true;
+  }
+  void synchronizeEvent(void* event) const override {
+    DeviceIndex device = -1;
+    {
+      std::lock_guard<std::mutex> hold(events_lock);
+      auto found = events.find(reinterpret_cast<std::uintptr_t>(event));
+      if (found != events.end()) {
+        device = found->second.device;
+      }
+    }
+    if (device >= 0) {
+      wait_for(device);
+    }
+  }
+  double elapsedTime(void* start, void* end, const DeviceIndex index) const override {
+    std::lock_guard<std::mutex> hold(events_lock);
+    auto first = events.find(reinterpret_cast<std::uintptr_t>(start));
+    auto last = events.find(reinterpret_cast<std::uintptr_t>(end));
+    TORCH_CHECK(first != events.end() && last != events.end(),
+                "Both events must be recorded before calculating elapsed time.");
+    return last->second.time_ms - first->second.time_ms;
+  }
+  void destroyEvent(void* event, const DeviceIndex index) const noexcept override {
+    std::lock_guard<std::mutex> hold(events_lock);
+    events.erase(reinterpret_cast<std::uintptr_t>(event));
+  }
+};
+
+Guard guard;
+
+}  // namespace
+
+extern "C" {
+
+// Register the guard for PrivateUse1, replacing the Python one; returns 0.
+int pjrt_guard_install(CountFn count, WaitFn wait) {
+  py_count = count;
+  py_wait = wait;
+  c10::impl::device_guard_impl_registry[static_cast<size_t>(DeviceType::PrivateUse1)].store(
+      &guard);
+  return 0;
+}
+
+// Python's wait callback says why it failed, before returning nonzero.
+void pjrt_guard_fail(const char* message) {
+  failure = message;
+}
+
+int pjrt_guard_current_device() {
+  return current;
+}
+
+void pjrt_guard_set_current_device(int index) {
+  current = static_cast<DeviceIndex>(index);
+}
+
+}  // extern "C"
