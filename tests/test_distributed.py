@@ -78,6 +78,19 @@ def test_collectives_four_processes():
     _torchrun(4, "pjrt")
 
 
+def test_spawn_with_a_file_init_method(tmp_path):
+    """torch.multiprocessing.spawn and init_method='file://...', no launcher environment:
+    the pjrt process group starts JAX's distributed runtime through its own store
+    (collectives and two DDP steps checked against values every rank computes)."""
+    cmd = [sys.executable, str(SCRIPTS / "spawn_worker.py"), "2", str(tmp_path / "init")]
+    done = subprocess.run(cmd, env=local_cpu_env(), capture_output=True, text=True, timeout=300)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-6000:]
+    found = re.findall(r"SPAWN OK rank=(\d+) world=2 param_diff=(\S+)", output)
+    assert sorted(int(rank) for rank, _ in found) == [0, 1], output[-6000:]
+    assert all(float(diff) <= 1e-5 for _, diff in found)
+
+
 def test_ddp_two_processes():
     """An MLP with AdamW: two gradient buckets per step, gradients as bucket views."""
     _ddp(2, ["mlp_adamw_bucket_view"])

@@ -117,6 +117,11 @@ class PjrtProcessGroup(dist.ProcessGroup):
 
     def __init__(self, store, rank: int, size: int, timeout: timedelta, ranks=None):
         super().__init__(rank, size)
+        if not runtime.is_initialized():  # launchers without torchrun's environment
+            from torch_pjrt.config import settings
+            from torch_pjrt.runtime import launch
+
+            launch.init_jax_from_store(store, rank, size, settings.platform)
         runtime.init()  # starts JAX's multi-process runtime under torchrun
         functional.register()  # _c10d_functional ops (functional collectives) on pjrt
         self._ranks = tuple(ranks) if ranks else tuple(range(size))
@@ -168,8 +173,10 @@ class PjrtProcessGroup(dist.ProcessGroup):
             if missing:
                 raise RuntimeError(
                     f"pjrt process group: JAX has no devices for rank(s) {missing} "
-                    f"(jax.process_count() is {jax.process_count()}). Launch with torchrun so "
-                    "that torch_pjrt starts JAX's distributed runtime (see docs/distributed.md)."
+                    f"(jax.process_count() is {jax.process_count()}): this process used a pjrt "
+                    "device before init_process_group, so JAX started as a single process. "
+                    "Call init_process_group('pjrt') before the first pjrt tensor, or launch "
+                    "with torchrun (see docs/distributed.md)."
                 )
             local = runtime.local_index(index)  # pjrt:LOCAL_RANK may be this process's 0
             found = tuple(sorted(by_process[r], key=lambda d: d.id)[local] for r in self._ranks)

@@ -13,6 +13,11 @@ a pjrt device, or ``init_process_group``), before JAX creates its PJRT client, w
   each process owns one GPU. On the CPU each process has its own CPU device(s), and
   JAX's gloo collectives carry cross-process collectives.
 
+Launchers that set no ``MASTER_PORT``/``RANK`` pair for the process (Ray Train, which
+sets ``RANK`` only after the process group exists; ``torch.multiprocessing.spawn`` with a
+``file://`` or ``tcp://`` init_method) still start the pjrt process group: its store
+names the coordinator instead (:func:`init_jax_from_store`).
+
 ``TORCH_PJRT_DISTRIBUTED=0`` turns this off (each process is then a separate JAX world).
 ``TORCH_PJRT_INIT_TIMEOUT`` (seconds, JAX's default 300) bounds the wait for every
 process to join; ``TORCH_PJRT_HEARTBEAT_TIMEOUT`` (seconds, JAX's default 100) is how long
@@ -28,7 +33,13 @@ from torch_pjrt.config import settings
 
 log = logging.getLogger("torch_pjrt")
 
-__all__ = ["coordinator_address", "init_jax_from_env", "jax_timeouts", "torchrun_env"]
+__all__ = [
+    "coordinator_address",
+    "init_jax_from_env",
+    "init_jax_from_store",
+    "jax_timeouts",
+    "torchrun_env",
+]
 
 _GPU_PLATFORMS = ("cuda", "gpu", "rocm")
 
@@ -144,19 +155,54 @@ def init_jax_from_env(platform: str | None = None) -> bool:
     local_ids = None
     if (platform or "").lower() in _GPU_PLATFORMS and env["local_world_size"] > 1:
         local_ids = [env["local_rank"]]
-    address = coordinator_address(env)
+    _initialize(coordinator_address(env), env["world_size"], env["rank"], local_ids)
+    return True
+
+
+_COORDINATOR_KEY = "torch_pjrt/jax_coordinator"
+
+
+def init_jax_from_store(store, rank: int, world_size: int, platform: str | None = None) -> bool:
+    """Initialize ``jax.distributed`` for a process group whose launcher left no
+    torchrun environment: rank 0 picks a free port on ``MASTER_ADDR`` (else 127.0.0.1)
+    for JAX's coordinator and publishes it in the group's store; every rank reads it.
+    ``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE``, where set, give a GPU process its own GPU,
+    as under torchrun. Does nothing in one process, with ``TORCH_PJRT_DISTRIBUTED=0``,
+    under torchrun's environment (:func:`init_jax_from_env`) or when JAX's distributed
+    runtime is up. Returns whether this call initialized it."""
+    if not settings.distributed or world_size <= 1 or torchrun_env() is not None:
+        return False
+    import jax
+
+    if jax.distributed.is_initialized():
+        return False
+    if rank == 0:
+        host = os.environ.get("MASTER_ADDR", "127.0.0.1")
+        env = {"master_addr": host, "master_port": free_port_pair(host)}
+        store.set(_COORDINATOR_KEY, coordinator_address(env))  # the pair's second port
+    address = store.get(_COORDINATOR_KEY).decode()
+    local_ids = None
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    if (platform or "").lower() in _GPU_PLATFORMS and local_world > 1:
+        local_ids = [int(os.environ.get("LOCAL_RANK", "0") or 0)]
+    _initialize(address, world_size, rank, local_ids)
+    return True
+
+
+def _initialize(address: str, num_processes: int, process_id: int, local_ids) -> None:
+    import jax
+
     log.info(
         "torch_pjrt: jax.distributed.initialize(%s, num_processes=%d, process_id=%d)",
         address,
-        env["world_size"],
-        env["rank"],
+        num_processes,
+        process_id,
     )
     jax.distributed.initialize(
         coordinator_address=address,
-        num_processes=env["world_size"],
-        process_id=env["rank"],
+        num_processes=num_processes,
+        process_id=process_id,
         local_device_ids=local_ids,
         cluster_detection_method="deactivate",
         **jax_timeouts(),
     )
-    return True
