@@ -27,7 +27,7 @@ LAYERS = (
     ("ops",),  # lowerings, the registry, the fallback, debug-mode checks
     ("distributed", "compile", "diagnostics", "migrate", "kernels"),
     ("_registration", "torch_pjrt"),  # registering the device; the public names
-    ("cli", "serving"),  # the torch-pjrt command, vLLM's plugin: users of the public names
+    ("cli", "serving", "ray_train"),  # the torch-pjrt command, vLLM's plugin, Ray Train's helpers
 )
 LAYER = {package: i for i, layer in enumerate(LAYERS) for package in layer}
 

@@ -86,7 +86,10 @@ def _build(target: Path) -> None:
         f"-L{root / 'lib'}", "-lc10", f"-Wl,-rpath,{root / 'lib'}",
     ]  # fmt: skip
     try:
-        done = subprocess.run(command, capture_output=True, text=True)
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        except subprocess.TimeoutExpired as e:
+            raise OSError(f"{command[0]} took more than {e.timeout} s") from e
         if done.returncode != 0:
             raise OSError(f"{command[0]} failed: {done.stderr.strip()[-2000:]}")
         os.replace(temporary, target)
