@@ -4,31 +4,15 @@ against the same steps in one process on the CPU."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
-from torch_pjrt.runtime.launch import local_cpu_env
+from tests.scripts import script_result
 
 SCRIPT = Path(__file__).parent / "ray_scripts" / "ray_trainer.py"
 
 
 def test_torch_trainer_trains_on_pjrt(tmp_path):
-    env = local_cpu_env()
-    env["RAY_USAGE_STATS_ENABLED"] = "0"
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), str(tmp_path)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output[-6000:]
-    line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
-    assert line is not None, output[-6000:]
-    result = json.loads(line[len("RESULT ") :])
+    result = script_result(SCRIPT, str(tmp_path), RAY_USAGE_STATS_ENABLED="0")
     trained, reference = result["trained"], result["reference"]
     assert trained["placed"] == ["pjrt"]  # the model and every batch
     assert trained["device"] == "pjrt:0"  # one CPU device a worker

@@ -3,29 +3,15 @@ KeyedJaggedTensor, EmbeddingBagCollection and a DLRM trained 20 steps, against t
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
-from torch_pjrt.runtime.launch import local_cpu_env
+from tests.scripts import script_result
 
 SCRIPT = Path(__file__).parent / "torchrec_scripts" / "torchrec_check.py"
 
 
 def test_torchrec_matches_the_cpu():
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT)],
-        env=local_cpu_env(),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output[-6000:]
-    line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
-    assert line is not None, output[-6000:]
-    result = json.loads(line[len("RESULT ") :])
+    result = script_result(SCRIPT)
     assert result["jagged"] == 0.0  # ids, lengths, offsets, weights: exact
     assert result["ebc"] <= 1e-5 and result["ebc_weighted"] <= 1e-5, result
     dlrm = result["dlrm"]
