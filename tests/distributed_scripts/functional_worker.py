@@ -157,6 +157,10 @@ def main() -> None:
         "reduce_scatter_tensor": lambda t, g: fc.reduce_scatter_tensor(t * 3, "sum", 0, g) + 1,
         "all_to_all_single": lambda t, g: fc.all_to_all_single(t, [2] * world, [2] * world, g),
         "broadcast": lambda t, g: fc.broadcast(t - 1, world - 1, g) * 2,
+        # an index the program checks (runtime/asserts.py) beside a collective
+        "all_reduce, indexed": lambda t, g: fc.all_reduce(t, "sum", g)[
+            torch.arange(t.shape[0] - 1, -1, -2, device=t.device)
+        ],
     }
     for dtype in (torch.float32, torch.int32):
         x = sample(rank, dtype, (2 * world, 3))
@@ -172,6 +176,21 @@ def main() -> None:
     eager = [op for op in tables.get("graph_eager_ops", {}) if "_c10d_functional" in op]
     assert not eager, f"collectives left out of the compiled programs: {eager}"
     assert sum(tables.get("graph_spmd_collectives", {}).values()) >= len(compiled_cases), tables
+
+    # a failed check in a compiled SPMD graph (an index past the end on the last rank
+    # only): every rank raises PyTorch's IndexError when it reads the result, the same
+    def indexed(t, i, g):
+        return fc.all_reduce(t, "sum", g)[i]
+
+    bad = torch.tensor([0, 2 * world + 3 if rank == world - 1 else 1], device="pjrt")
+    result = torch.compile(indexed, backend="pjrt", fullgraph=True)(x.to("pjrt"), bad, pg)
+    try:
+        result.cpu()
+    except IndexError as exc:
+        assert f"index {2 * world + 3} is out of bounds" in str(exc), exc
+    else:
+        raise AssertionError("no IndexError for an index past the end in an SPMD graph")
+    c.count += 1
 
     # errors: a group size that is not the group's
     try:

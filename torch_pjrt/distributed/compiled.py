@@ -13,10 +13,12 @@ their collectives run as programs of their own between the compiled parts.
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import torch
 
 from torch_pjrt.distributed import collectives
 from torch_pjrt.ops.registry import lowers_in_graphs
+from torch_pjrt.runtime import asserts
 
 __all__ = ["collective_group", "is_collective", "spmd_replay", "to_global", "to_local"]
 
@@ -95,17 +97,48 @@ def to_local(a: jax.Array) -> jax.Array:
 
 def spmd(run, mesh_devices: tuple):
     """``run(donated, arrays, rng)`` (one rank's graph) as a shard_map over the group's
-    mesh: array arguments and results carry the rank axis first, ``rng`` is replicated."""
+    mesh: array arguments and results carry the rank axis first, ``rng`` is replicated.
+
+    The checks of values the graph states (``runtime/asserts.py``) are made on every
+    rank and agreed on inside the program: a check fails on every rank when it fails on
+    one, with the first failing rank's values, so that no rank goes on alone."""
     mesh = collectives.sharding(mesh_devices).mesh
     spec, replicated = jax.sharding.PartitionSpec(collectives.AXIS), jax.sharding.PartitionSpec()
+    specs = []  # what the body's checks mean (static: set as it traces)
 
     def body(donated, arrays, rng):
-        outs, new = run([d[0] for d in donated], [a[0] for a in arrays], rng)
-        return jax.tree.map(lambda x: x[None], (outs, new))
+        with asserts.inner() as scope:
+            outs, new = run([d[0] for d in donated], [a[0] for a in arrays], rng)
+        checked = scope.returning(None)
+        specs[:] = () if checked is None else checked.specs
+        flags = None if checked is None else _agreed(checked.flags)
+        return jax.tree.map(lambda x: x[None], (outs, new)), flags
 
-    return jax.shard_map(
-        body, mesh=mesh, in_specs=(spec, spec, replicated), out_specs=spec, check_vma=False
+    mapped = jax.shard_map(
+        body,
+        mesh=mesh,
+        in_specs=(spec, spec, replicated),
+        out_specs=(spec, replicated),
+        check_vma=False,
     )
+
+    def program(donated, arrays, rng):
+        results, flags = mapped(donated, arrays, rng)
+        if flags is not None:
+            asserts.restate(flags, specs)
+        return results
+
+    return program
+
+
+def _agreed(flags):
+    """One rank's packed checks (``(checks, width)``: 1 where held, then values) as the
+    group's: held where every rank's held, else the first failing rank's row."""
+    every = jax.lax.all_gather(flags, collectives.AXIS)  # (ranks, checks, width)
+    held = every[:, :, 0]
+    first = jnp.argmin(held, axis=0)  # the first rank where each failed (0 if none)
+    rows = every[first, jnp.arange(flags.shape[0])]
+    return rows.at[:, 0].set(jnp.min(held, axis=0))
 
 
 def spmd_replay(run, mesh_devices: tuple):

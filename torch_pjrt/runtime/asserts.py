@@ -46,8 +46,10 @@ __all__ = [
     "expect",
     "first_bad",
     "follow",
+    "inner",
     "origins",
     "refuse_read",
+    "restate",
     "tracing",
     "unpack",
     "verify",
@@ -115,6 +117,26 @@ class tracing:
 
     def __exit__(self, *exc) -> None:
         _local.scope = self.outer
+
+
+def inner() -> tracing:
+    """``with inner() as scope``: collect the checks of a function traced inside the
+    current trace whose tracers cannot leave it (a ``shard_map``'s body). The body
+    returns ``scope.returning(...)``'s flags as an output and the caller hands them to
+    :func:`restate`."""
+    scope = getattr(_local, "scope", None)
+    return tracing(scope is None or scope.off)
+
+
+def restate(flags, specs) -> None:
+    """While a program traces: the checks an inner trace stated (:func:`inner`), from the
+    packed rows it returned (``flags``, ``(checks, width)``), join the current trace's."""
+    scope = getattr(_local, "scope", None)
+    if scope is None or scope.off or not specs:
+        return
+    for i, spec in enumerate(specs):
+        scope.rows.append([flags[i, j] for j in range(flags.shape[1])])
+        scope.specs.append(spec)
 
 
 def check(ok, error: type, message: str, *values) -> None:
