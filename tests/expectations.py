@@ -38,7 +38,8 @@ OpInfo error inputs (tests/test_error_inputs.py), keyed like the op tables:
 
 The other suites: ``XFAIL_CORE_EXAMPLES`` (tests/test_core_aten.py),
 ``XFAIL_HF_FAMILIES``, ``XFAIL_HF_GENERATE``, ``XFAIL_HF_INTEGRATION``
-(tests/test_hf_*.py) and ``XFAIL_DISTRIBUTED`` (tests/test_distributed.py); the skips
+(tests/test_hf_*.py), ``XFAIL_DISTRIBUTED`` (tests/test_distributed.py) and
+``XFAIL_TORCHTITAN`` (tests/test_torchtitan.py); the skips
 that remain, with their reasons, are at the end (``SKIP_*``).
 
 The op xfail tables are strict and generated: after lowerings land, run
@@ -288,6 +289,16 @@ XFAIL_DISTRIBUTED: dict[str, str] = {
         "PyTorch 2.13: FSDP2 x TP under torch.compile fails with 'Mixing fake modes NYI' in "
         "AOTAutograd's metadata pass (the embedding's DTensor); the same worker fails the "
         "same way on the CPU with gloo and backend='aot_eager', so it is not pjrt's"
+    ),
+}
+
+XFAIL_TORCHTITAN: dict[str, str] = {
+    "test_torch_compile_with_fsdp_x_tp_on_pjrt_equals_the_cpu": (
+        "TorchTitan 0.2.2 compiling its blocks with FSDP 2 x TP 2: it trains, but from step "
+        "2 its losses leave the eager ones (8.01276 against 8.01154), not yet explained. "
+        "There is no CPU run of it to compare with: TP under torch.compile fails in PyTorch "
+        "2.13 on the CPU with gloo and inductor (AOTAutograd: 'expected all "
+        "tensors_saved_with_vc_check to be Tensors', a DeviceMesh saved for backward)"
     ),
 }
 
