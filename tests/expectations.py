@@ -298,11 +298,12 @@ XFAIL_TORCHTITAN: dict[str, str] = {
         "gradients differ from step 1 (grad norm 0.8673 against 0.8688; losses from step 2, "
         "8.01276 against 8.01154). The same with backend='aot_eager' (PyTorch's AOTAutograd, "
         "pjrt's compiler not involved) and with the loss uncompiled; exact with "
-        "backend='eager' (Dynamo without AOTAutograd). Whether PyTorch's handling of the "
-        "blocks' DTensor inputs and outputs or a pjrt op in that path is wrong is not yet "
-        "known: the CPU cannot run it (TP under torch.compile fails in PyTorch 2.13 on the "
-        "CPU with gloo, inductor or aot_eager: AOTAutograd's 'expected all "
-        "tensors_saved_with_vc_check to be Tensors', a DeviceMesh saved for backward)"
+        "backend='eager' (Dynamo without AOTAutograd). PyTorch 2.13's: blocks with "
+        "sequence-parallel DTensor inputs and outputs compiled one by one fail in AOTAutograd "
+        "on the CPU with gloo too (TorchTitan's: 'expected all tensors_saved_with_vc_check "
+        "to be Tensors'; a 2-process model of an embedding, two such blocks and a head, "
+        "with aot_eager: the backward hands DTensor's redistribute a plain gradient, "
+        "\"'Tensor' object has no attribute '_local_tensor'\", as on pjrt)"
     ),
 }
 
