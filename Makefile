@@ -20,8 +20,9 @@ all: test
 venv: $(STAMP)
 
 # Create the venv if missing, install the pinned deps (vLLM's run-time deps and the tools of
-# docs/ecosystem.md too: Ray, TorchTitan, TorchRec's dependencies), vLLM and xgrammar without theirs (docs/serving.md says why),
-# TorchRec and fbgemm's CPU build without theirs, then the package itself
+# docs/ecosystem.md too: Ray, TorchTitan, TorchRec's dependencies), vLLM and xgrammar
+# without theirs (docs/serving.md says why), TorchRec and fbgemm's CPU build without
+# theirs, then the package itself
 # (editable, no deps so the lock files stay authoritative), and builds the C++ device
 # guard by importing it (docs/internals.md). Reruns whenever a lock
 # file or pyproject.toml changes.

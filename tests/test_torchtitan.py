@@ -95,10 +95,10 @@ def titan(tmp_path_factory):
     return assets, seed, reference
 
 
-def _run(titan, name: str, nproc: int, dp: int, *args: str, steps: int = STEPS):
+def _run(titan, name: str, nproc: int, dp: int, *args: str):
     assets, seed, _ = titan
     out = assets / name
-    return _train(assets, out, nproc, dp, "--training.steps", str(steps), *FROM_SEED, *seed, *args)
+    return _train(assets, out, nproc, dp, "--training.steps", str(STEPS), *FROM_SEED, *seed, *args)
 
 
 def _assert_matches(titan, steps: dict, first: int = 1) -> None:

@@ -38,7 +38,7 @@ def _cpu_module() -> types.ModuleType:
 
 
 def main() -> None:
-    assert "torch_pjrt" not in torch._C._get_privateuse1_backend_name()
+    assert torch._C._get_privateuse1_backend_name() != "pjrt", "torch_pjrt is loaded"
     cpu = _cpu_module()
     torch._utils._get_available_device_type = lambda: "cpu"
     torch._utils._get_device_module = lambda device_type: cpu
