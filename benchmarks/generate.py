@@ -19,7 +19,10 @@ Rows:
                           ops recorded and run as one program when the next token is read
 ``pjrt compiled static``  ``cache_implementation="static"``, the forward compiled with
                           ``torch.compile(backend="pjrt")`` (transformers' own compile
-                          path, ``CompileConfig(backend="pjrt", mode=None)``)
+                          path, ``CompileConfig(backend="pjrt", mode=None)``), in the
+                          default mode (fused: ``generate()``'s own small ops per token,
+                          logits processors, stopping criteria, the mask, are recorded
+                          and run as one program where a value is read)
 ``pjrt reduce-overhead static``  the same with ``CompileConfig(backend="pjrt",
                           mode="reduce-overhead")``: each decoding graph is captured at
                           its second call and replayed (``torch_pjrt/compile/replay.py``)
@@ -143,12 +146,12 @@ def variants():
         "pjrt fused": ("pjrt", "fused", {}),
         "pjrt compiled static": (
             "pjrt",
-            "eager",
+            None,  # (the default mode: generate()'s own ops recorded, as a user runs it)
             lambda: {"cache_implementation": "static", "compile_config": pjrt_compile_config()},
         ),
         "pjrt reduce-overhead static": (
             "pjrt",
-            "eager",
+            None,
             lambda: {
                 "cache_implementation": "static",
                 "compile_config": pjrt_compile_config("reduce-overhead"),
