@@ -120,6 +120,17 @@ def test_fused_loop_of_identical_steps_compiles_once():
     assert results[0] == pytest.approx(torch.tanh(x.cpu() @ x.cpu().t() + 1).sum(0).max().item())
 
 
+def test_isin_is_one_recorded_op():
+    """isin is lowered as one op (ATen's decomposition records four): generate()'s logits
+    processors and stopping criteria call it several times a token."""
+    vocab, eos = torch.arange(10).to("pjrt"), torch.tensor([0, 7]).to("pjrt")
+    with torch_pjrt.mode("fused"):
+        metrics.reset()
+        found = torch.isin(vocab, eos)
+        assert metrics.as_dict()["fused_ops"] == 1
+        assert found.cpu().tolist() == torch.isin(torch.arange(10), torch.tensor([0, 7])).tolist()
+
+
 def test_fused_flushes_at_synchronize_step_end_and_size_cap():
     x = torch.ones(3).to("pjrt")
     with torch_pjrt.mode("fused"):

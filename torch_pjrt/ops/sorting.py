@@ -9,8 +9,17 @@ import numpy as np
 import torch
 from jax import lax
 
-from torch_pjrt.ops._helpers import check, from_last, is_float, maybe_wrap_dim, to_last
+from torch_pjrt.ops._helpers import (
+    check,
+    dtype_name,
+    from_last,
+    is_float,
+    maybe_wrap_dim,
+    to_last,
+)
+from torch_pjrt.ops._promote import cast, result_type
 from torch_pjrt.ops.registry import lowers
+from torch_pjrt.runtime.transfer import torch_dtype
 
 aten = torch.ops.aten
 
@@ -165,6 +174,51 @@ def _searchsorted(sorted_sequence, values, right, side, sorter, out_int32):
 @lowers(aten.searchsorted.Tensor, aten.searchsorted.Scalar)
 def searchsorted(sorted_sequence, self, out_int32=False, right=False, side=None, sorter=None):
     return _searchsorted(sorted_sequence, self, right, side, sorter, out_int32)
+
+
+# up to this many (element, test element) pairs, isin compares every pair; past it, it
+# sorts the test elements and searches them (ATen too picks one of the two by size)
+_ISIN_PAIRS = 1 << 20
+
+
+# NOTE: one recorded op where ATen's decomposition makes four (a view, a broadcast
+# comparison, ``any`` and a copy): ``generate()``'s logits processors and stopping
+# criteria call isin several times a token
+def _isin(elements, test_elements, invert):
+    for x in (elements, test_elements):  # (in the CPU's words: the Meta kernel's differ)
+        dtype = jnp.result_type(x)
+        check(
+            dtype != jnp.bool_ and not jnp.issubdtype(dtype, jnp.complexfloating),
+            lambda: (
+                f"Unsupported input type encountered for isin(): {dtype_name(torch_dtype(dtype))}"
+            ),
+        )
+    compute, _ = result_type(elements, test_elements)
+    values, tests = cast(elements, compute), cast(test_elements, compute).reshape(-1)
+    if tests.size == 0:
+        found = jnp.zeros(values.shape, bool)
+    elif values.size * tests.size <= _ISIN_PAIRS:
+        found = (values[..., None] == tests).any(-1)
+    else:  # (NaN sorts last and equals nothing: a NaN is found nowhere, as on the CPU)
+        ordered = jnp.sort(tests)
+        at = jnp.clip(jnp.searchsorted(ordered, values), 0, tests.size - 1)
+        found = ordered[at] == values
+    return found != invert
+
+
+@lowers(aten.isin.Tensor_Tensor)
+def isin(elements, test_elements, assume_unique=False, invert=False):
+    return _isin(elements, test_elements, invert)
+
+
+@lowers(aten.isin.Tensor_Scalar)
+def isin_scalar(elements, test_element, assume_unique=False, invert=False):
+    return _isin(elements, test_element, invert)
+
+
+@lowers(aten.isin.Scalar_Tensor)
+def isin_of_scalar(element, test_elements, assume_unique=False, invert=False):
+    return _isin(element, test_elements, invert)
 
 
 @lowers(aten.bucketize.Tensor, aten.bucketize.Scalar)
