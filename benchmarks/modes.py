@@ -314,24 +314,33 @@ def measure(step: Callable, value: Callable, n: int, budget_s: float | None = No
     }
 
 
+def build_step(variant: str, kind: str, base: GPT, x, y) -> tuple[Callable, dict | None]:
+    """The step of a plain JAX, pjrt compiled or pjrt captured row, on its own copy of
+    ``base`` (captured: in fused mode, which the caller enters), and captured's info."""
+    if variant == "plain JAX":
+        return jax_step(kind, base, x, y), None
+    model = to_pjrt(copy.deepcopy(base))
+    if variant == "pjrt compiled":
+        step = torch_step(kind, model, x.to("pjrt"), y.to("pjrt"), "pjrt", capturable=True)
+        return pjrt_step(step), None
+    return captured_step(kind, model, x.to("pjrt"), y.to("pjrt"))
+
+
 def run_variant(variant: str, kind: str, base: GPT, x, y, n: int, workload: str) -> dict:
     value = check_value(kind, y)
     rss0 = reset_peak_rss()
     if variant == "plain JAX":
-        r = measure(jax_step(kind, base, x, y), value, n)
+        r = measure(build_step(variant, kind, base, x, y)[0], value, n)
     elif variant.startswith("CPU"):
         backend = "inductor" if variant == "CPU inductor" else None
         r = measure(torch_step(kind, copy.deepcopy(base), x, y, backend), value, n)
     elif variant == "pjrt compiled":
         torch.pjrt.reset_peak_memory_stats()
-        model = to_pjrt(copy.deepcopy(base))
-        step = torch_step(kind, model, x.to("pjrt"), y.to("pjrt"), "pjrt", capturable=True)
-        r = measure(pjrt_step(step), value, n)
+        r = measure(build_step(variant, kind, base, x, y)[0], value, n)
     elif variant == "pjrt captured":
         with torch_pjrt.mode("fused"):
             torch.pjrt.reset_peak_memory_stats()
-            model = to_pjrt(copy.deepcopy(base))
-            step, info = captured_step(kind, model, x.to("pjrt"), y.to("pjrt"))
+            step, info = build_step(variant, kind, base, x, y)
             r = measure(step, value, n)
             r["warmup_losses"][:0] = [value(out) for out in info["warmup_outputs"]]
         r["capture_s"] = info["capture_s"]
@@ -364,19 +373,8 @@ def paired_rounds(kind: str, base: GPT, x, y, variants: list[str], rounds: int, 
     rows = [v for v in PAIRED if v in variants]
     if "pjrt captured" not in rows or len(rows) < 2 or rounds < 1:
         return {}
-    steps = {}
     with torch_pjrt.mode("fused"):
-        for v in rows:
-            if v == "plain JAX":
-                steps[v] = jax_step(kind, base, x, y)
-                continue
-            model = to_pjrt(copy.deepcopy(base))
-            if v == "pjrt compiled":
-                steps[v] = pjrt_step(
-                    torch_step(kind, model, x.to("pjrt"), y.to("pjrt"), "pjrt", capturable=True)
-                )
-            else:
-                steps[v] = captured_step(kind, model, x.to("pjrt"), y.to("pjrt"))[0]
+        steps = {v: build_step(v, kind, base, x, y)[0] for v in rows}
         for step in steps.values():
             for _ in range(WARMUP):
                 step()
@@ -597,7 +595,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     out: dict[str, Any] = {"torch": torch.__version__, "jax": jax.__version__}
     out |= {"torch_threads": torch.get_num_threads(), "load_start": load_start, "workloads": {}}
-    out["malloc"] = malloc
+    out |= {"malloc": malloc}
     for workload in WORKLOADS if args.workload == "all" else [args.workload]:
         out["workloads"][workload] = {
             kind: run_group(workload, kind, variants, args.steps, args.rounds) for kind in KINDS
