@@ -335,6 +335,46 @@ def _entering(fn, shapes: dict, slots: tuple, kept: list):
     return entered
 
 
+_value_of = operator.attrgetter("_value")
+_owned_of = operator.attrgetter("owned")
+
+
+def _getter(indices: list):
+    """``pool -> [pool[i] for i in indices]``, in C (``operator.itemgetter``)."""
+    if not indices:
+        return lambda pool: []
+    if len(indices) == 1:
+        only = indices[0]
+        return lambda pool: [pool[only]]
+    get = operator.itemgetter(*indices)
+    return lambda pool: list(get(pool))
+
+
+class _Plan:
+    """A replay's arguments when the updatable cells that own their values are
+    ``owned`` (theirs are donated): the donated slots, and getters of the donated and
+    the kept inputs from the cells' values followed by ``Captured._extra``'s."""
+
+    __slots__ = ("donated", "gone", "rest", "extra")
+
+    def __init__(self, captured: Captured, owned: tuple):
+        updatable = captured.updatable
+        self.donated = tuple([slot for (slot, _), mine in zip(updatable, owned) if mine])
+        gone = set(self.donated) | set(captured.baked)
+        kept = [i for i in range(len(captured.sigs)) if i not in gone]
+        where = {slot: i for i, slot in enumerate(captured._slots)}
+        n = len(where)
+        extra: list = []
+        for s, o, _ in captured.rng:
+            extra += (s, o)
+        extra += captured._other_slots
+        for k, slot in enumerate(extra):  # (a slot named twice: its last value, as before)
+            where[slot] = n + k
+        self.gone = _getter([where[s] for s in self.donated])
+        self.rest = _getter([where[s] for s in kept])
+        self.extra = bool(extra)
+
+
 class Captured:
     """A captured graph: one program over the cells it read and wrote."""
 
@@ -397,7 +437,6 @@ class Captured:
                     del _programs[next(iter(_programs))]
                 _programs[shared] = self.program
         self.replays = 0
-        self._kept: dict = {}  # donated slots -> the other slots passed, in order
         # NOTE: a replay's host time is what capture saves, so it skips what it can: the
         # cells' values that are the same arrays as at the last replay (or those it
         # wrote into them) are not checked again, and the checks they come from are
@@ -408,13 +447,30 @@ class Captured:
         self._vals = None  # the same, as the program takes them
         self._marks: dict = {}  # position -> the checks its value comes from (if any)
         position = {id(cell): i for i, cell in enumerate(self._cells)}
-        self._fed = [(position[id(cell)], cell) for _, cell in self.updatable]
-        fed = {i for i, _ in self._fed}
+        position_of_slot = {slot: i for i, slot in enumerate(self._slots)}
+        fed = {position[id(cell)] for _, cell in self.updatable}
         written = [c for cells in self.out_cells for c in cells]
         written += [c for c, _ in self.aliases] + [c for c, _ in self.constant_writes]
         self._stale = sorted(
             {position[id(c)] for c in written if id(c) in position} - fed
         )  # cells read and written that a replay checks again after (shape, owner)
+        # each output stored into one cell alone: (its value's index, the cell, the
+        # cell's input position or None); the rest are stored one by one
+        self._single = [
+            (k, cells[0], position.get(id(cells[0])))
+            for k, cells in enumerate(self.out_cells)
+            if len(cells) == 1
+        ]
+        self._shared = [(k, cells) for k, cells in enumerate(self.out_cells) if len(cells) > 1]
+        self._fed_positions = sorted(fed)
+        self._updatable_cells = [cell for _, cell in self.updatable]
+        self._plans: dict = {}  # which updatable cells own their value -> _Plan
+        rng_slots = {s for s, _, _ in self.rng} | {o for _, o, _ in self.rng}
+        self._other_slots = [  # (arrays the graph read that no cell holds)
+            i
+            for i in range(len(self.sigs))
+            if i not in position_of_slot and i not in self.baked and i not in rng_slots
+        ]
 
     def _value(self, slot: int, cell, reshape: bool = True):
         """``cell``'s value as input ``slot`` takes it (its shape checked; left in the
@@ -453,7 +509,7 @@ class Captured:
     def _inputs(self) -> list:
         """The cells' values as the program takes them (those that changed since the
         last replay checked now, and the checks they come from noted)."""
-        raw, last = [cell._value for cell in self._cells], self._raw
+        raw, last = list(map(_value_of, self._cells)), self._raw
         if last is not None and not any(map(_is_not, raw, last)):
             return self._vals
         vals = list(self._vals) if last is not None else [None] * len(raw)
@@ -469,26 +525,34 @@ class Captured:
             shapes = tuple([wanted[self._slots[i]].shape for i in odd])
             for i, v in zip(odd, _reshaped(shapes)(*[vals[i] for i in odd])):
                 vals[i] = v
-        self._raw, self._vals = [cell._value for cell in self._cells], vals
+        self._raw, self._vals = list(map(_value_of, self._cells)), vals
         return vals
+
+    def _plan(self) -> _Plan:
+        """How this replay's arguments are gathered: by which updatable cells own their
+        value now (those are donated)."""
+        owned = tuple(map(_owned_of, self._updatable_cells))
+        plan = self._plans.get(owned)
+        if plan is None:
+            plan = self._plans[owned] = _Plan(self, owned)
+        return plan
 
     def replay(self, seed: int = 0, offset: int = 0) -> None:
         """Run the graph once: its outputs are stored into the cells it writes."""
-        args = self._slot_values(self._inputs(), seed, offset)
+        vals = self._inputs()
+        plan = self._plan()
+        pool = vals
+        if plan.extra:  # (the random ops' seeds and offsets, arrays not in cells)
+            pool = vals + self._extra(seed, offset)
         marks = self._marks  # (the unread or failed checks the inputs come from)
         parents = asserts.merged(marks.values()) if marks and asserts.watching() else ()
-        donated = tuple([slot for slot, cell in self.updatable if cell.owned])
-        kept = self._kept.get(donated)
-        if kept is None:
-            gone = set(donated) | set(self.baked)
-            kept = self._kept[donated] = [i for i in range(len(args)) if i not in gone]
-        gone, rest = [args[i] for i in donated], [args[i] for i in kept]
+        gone, rest = plan.gone(pool), plan.rest(pool)
         mesh = self.mesh
         if mesh is not None:  # every rank's arrays: blocks of global arrays
             device = platform.device(self.index)
             rest = [_on(x, device) for x in rest]
             gone, rest = mesh[2](gone, mesh[0]), mesh[2](rest, mesh[0])
-        values = self.program(donated, gone, rest)
+        values = self.program(plan.donated, gone, rest)
         if mesh is not None:
             values = [mesh[3](v) for v in values]
         n = len(self.out_cells)
@@ -500,24 +564,45 @@ class Captured:
             if parents:
                 asserts.follow(values[:n], parents)
             mark = parents
-        for cells, value in zip(self.out_cells, values):
-            if len(cells) == 1:
-                cells[0].own(value)
-            else:  # one value, several storages: none owns it alone
-                for cell in cells:
-                    cell.array = value
-        for cell, slot in self.aliases:
-            cell.array = args[slot]
+        raw, vals = self._raw, self._vals
+        recording = fused._graphs.get(self.index)
+        if fused.capturing or (recording is not None and recording.nodes):
+            for k, cell, _ in self._single:  # (a recording may donate what they held)
+                cell.own(values[k])
+        else:  # (nothing to release the old values to: stored directly)
+            for k, cell, _ in self._single:
+                cell._value = values[k]
+                cell.owned = True
+        for k, cells in self._shared:  # one value, several storages: none owns it alone
+            for cell in cells:
+                cell.array = values[k]
+        if self.aliases:  # (a cell made to alias an input: the value it took now)
+            args = self._slot_values(vals, seed, offset)
+            for cell, slot in self.aliases:
+                cell.array = args[slot]
         for cell, value in self.constant_writes:
             cell.array = value
-        raw, vals = self._raw, self._vals
-        for i, cell in self._fed:  # (the program's values: the shapes it takes)
-            raw[i] = vals[i] = cell._value
-            _note(marks, i, mark)
+        for k, _, i in self._single:  # (the program's values: the shapes it takes)
+            if i is not None:
+                raw[i] = vals[i] = values[k]
+        fed = self._fed_positions
+        if mark:
+            marks.update(dict.fromkeys(fed, mark))
+        elif marks:
+            for i in fed:
+                marks.pop(i, None)
         for i in self._stale:
             raw[i] = _STALE
         self.replays += 1
         metrics.count("graph_replays")
+
+    def _extra(self, seed: int, offset: int) -> list:
+        """The input slots' values that are not cells': the random ops' seeds and
+        offsets, then the other arrays the graph read (in slot order)."""
+        extra = []
+        for _, _, delta in self.rng:
+            extra += (seed, offset + delta)
+        return extra + [self.constants[slot] for slot in self._other_slots]
 
     def lower(self):
         """The lowered program (for ``Graph.debug_dump``)."""
