@@ -12,7 +12,8 @@ with the same sample generation and comparison as ``tests/test_ops.py``:
   through ``torch.autograd.grad``, as ``tests/test_ops.py::test_grad`` does).
 
 all in fused mode (the default), and the test dtype's first 3 samples and the first 2
-gradient samples in eager mode too (what ``make test`` runs in each mode);
+gradient samples in eager mode too (the runs of ``tests/test_ops.py`` in each mode;
+``make test`` runs one of the two per op);
 
 - the op's OpInfo ``error_inputs`` (arguments ATen must refuse), for ops that have them,
   ``SKIP`` ones included: every sample the CPU refuses, in fused mode, under

@@ -155,6 +155,14 @@ def test_fsdp2_tp_four_processes_eager():
     _parallel(4, ["fsdp:eager", "tp:eager", "fsdp_tp:eager"])
 
 
+def test_fsdp2_tp_two_processes_compiled():
+    """FSDP2 and TP compiled (the collectives inside the graphs' programs), on 2 ranks
+    (the 4-rank run is the exhaustive one: 4 processes compiling on 2 cores cost
+    ``make test`` about 90 s)."""
+    _parallel(2, ["fsdp:compiled", "tp:compiled"])
+
+
+@pytest.mark.slow
 def test_fsdp2_tp_four_processes_compiled():
     _parallel(4, ["fsdp:compiled", "tp:compiled"])
 

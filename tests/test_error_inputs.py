@@ -15,7 +15,8 @@ match (PyTorch marks these as expected failures of its own ``test_errors``).
 Parametrizations, as in tests/test_ops.py:
 
 - ``test_error_inputs[<op>-first6-eager]`` and ``test_error_inputs[<op>-first6-fused]``:
-  the first 6 error inputs of the op (85% of them), in each mode; ``make test`` runs these.
+  the first 6 error inputs of the op (85% of them), in each mode; ``make test`` runs one
+  of the two per op (``tests.test_ops.in_quick_run``), the other is ``slow``.
 - ``test_error_inputs[<op>-all-fused]``: every error input, in fused mode (the default);
   marked ``slow``, so it runs only in the exhaustive run (``--exhaustive``). It holds the
   costly ones (multinomial's 2^24 + 1 categories).
@@ -49,6 +50,7 @@ from tests.test_ops import (
     _sample_text,
     _subsets,
     _tensors,
+    in_quick_run,
     op_key,
     ops_by_key,
     to_pjrt,
@@ -153,7 +155,8 @@ def _params():
             if op.error_inputs_func is None:
                 continue
             key = op_key(op)
-            marks = [pytest.mark.slow] if limit is None else []
+            slow = limit is None or not in_quick_run(key, mode)
+            marks = [pytest.mark.slow] if slow else []
             marks += E.marks(E.XFAIL_ERROR_INPUTS, key)
             yield pytest.param(op, limit, mode, id=f"{key}-{subset}-{mode}", marks=marks)
 

@@ -19,9 +19,11 @@ uses) run under ``torch_pjrt.config(fallback="error")``:
 
 One test per op and execution mode (``eager`` and ``fused``, entered around the whole
 op: in fused mode the results are compared after the recording runs), reporting every
-failing sample and check. ``XFAIL_VARIANTS`` (in tests/expectations.py, with the other
-expectations) lists the ops expected to fail in both modes, ``XFAIL_VARIANTS_EAGER`` and
-``XFAIL_VARIANTS_FUSED`` in one (strict: a fixed op fails the run until it is removed).
+failing sample and check; ``make test`` runs each op in one of the modes, the other is
+``slow`` (``tests.test_ops.in_quick_run``). ``XFAIL_VARIANTS`` (in tests/expectations.py,
+with the other expectations) lists the ops expected to fail in both modes,
+``XFAIL_VARIANTS_EAGER`` and ``XFAIL_VARIANTS_FUSED`` in one (strict: a fixed op fails
+the run until it is removed).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from tests.test_ops import (
     cpu_copy,
     cpu_reference,
     dtype_for,
+    in_quick_run,
     op_key,
     samples,
     to_pjrt,
@@ -255,7 +258,7 @@ def _params():
                 continue
             key = op_key(op)
             reason = E.op_failure("test_variants", key, mode)
-            marks = []
+            marks = [] if in_quick_run(key, mode) else [pytest.mark.slow]
             if key in SKIP:
                 marks.append(pytest.mark.skip(reason=SKIP[key]))
             elif reason is not None:
