@@ -1,16 +1,25 @@
-"""``torch.export`` of models on pjrt (issue 23, item 1).
+"""``torch.export`` of models on pjrt, and ``torch_pjrt.export``'s StableHLO artifacts.
 
 A CNN, and a Llama and a BERT built from small Hugging Face configs, with parameters and
 inputs on pjrt, are exported with a dynamic batch dimension (``torch.export.Dim``); the
 exported program's module, run on pjrt at the export's batch size and at another one,
-gives the CPU model's outputs.
+gives the CPU model's outputs. The same programs saved by ``torch_pjrt.export.save``
+and loaded back run on pjrt and on CPU tensors, and in a process where torch cannot be
+imported (jax and numpy only), with the CPU model's outputs.
 """
 
 from __future__ import annotations
 
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
 import pytest
 import torch
 from torch.export import Dim, export
+
+import torch_pjrt.export as pjrt_export
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 
@@ -90,3 +99,74 @@ def test_export_on_pjrt_with_a_dynamic_batch(name):
             got = _main_output(exported.module()(x.to("pjrt")))
         assert got.device.type == "pjrt"
         torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-5)
+
+
+def _exported(name, batch=2):
+    """The CPU model, and ``torch.export`` of its copy on pjrt (dynamic batch)."""
+    make, inputs, arg = CASES[name]
+    torch.manual_seed(0)
+    model = make().eval()
+    on_pjrt = make().eval()
+    on_pjrt.load_state_dict(model.state_dict())
+    on_pjrt.to("pjrt")
+    dynamic = {arg: {0: Dim("batch", max=16)}}
+    return model, export(on_pjrt, (inputs(batch).to("pjrt"),), dynamic_shapes=dynamic)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_saved_program_runs_on_pjrt_and_cpu_tensors(name, tmp_path):
+    model, exported = _exported(name)
+    saved = pjrt_export.save(exported, tmp_path / "program")
+    # (the export took SDPA's pjrt kernel away for its decomposition only)
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(
+        "aten::scaled_dot_product_attention", "PrivateUse1"
+    )
+    assert sorted(p.name for p in saved.iterdir()) == [
+        "meta.json",
+        "program.jaxexport",
+        "weights.npz",
+    ]
+    loaded = pjrt_export.load(saved)
+    assert loaded.meta["inputs"][0]["shape"][0].startswith("s")  # (symbolic: the batch)
+    make_inputs = CASES[name][1]
+    for batch in (2, 5):
+        x = make_inputs(batch)
+        with torch.no_grad():
+            expected = _main_output(model(x))
+        for device in ("cpu", "pjrt"):
+            got = loaded(x.to(device))
+            got = got[0] if isinstance(got, tuple) else got
+            assert got.device.type == device
+            torch.testing.assert_close(got.cpu(), expected, rtol=1e-6, atol=1e-6)
+    assert "stablehlo" in loaded.stablehlo() and "@main" in loaded.stablehlo()
+
+
+def test_saved_program_runs_without_torch(tmp_path):
+    """The runner lines of docs/export.md, in a process where importing torch fails."""
+    model, exported = _exported("llama")
+    saved = pjrt_export.save(exported, tmp_path / "llama")
+    x = CASES["llama"][1](3)
+    np.savez(tmp_path / "inputs.npz", x0=x.numpy())
+    script = pathlib.Path(__file__).parent / "export_scripts" / "run_without_torch.py"
+    cmd = [sys.executable, str(script), str(saved), str(tmp_path / "inputs.npz")]
+    done = subprocess.run(
+        [*cmd, str(tmp_path / "outputs.npz")], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0 and "JAX ONLY OK True" in done.stdout, done.stderr[-3000:]
+    with torch.no_grad():
+        expected = model(x).logits.numpy()
+    with np.load(tmp_path / "outputs.npz") as out:
+        np.testing.assert_allclose(out["y0"], expected, rtol=1e-6, atol=1e-6)
+
+
+def test_bad_arguments_are_refused_and_leave_nothing(tmp_path):
+    with pytest.raises(TypeError, match="expected the ExportedProgram"):
+        pjrt_export.save(CNN(), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(FileNotFoundError, match="written by torch_pjrt.export.save"):
+        pjrt_export.load(tmp_path)
+    _, exported = _exported("cnn")
+    loaded = pjrt_export.load(pjrt_export.save(exported, tmp_path / "cnn"))
+    with pytest.raises(TypeError, match="takes 1 tensor inputs, got 2"):
+        loaded(torch.zeros(2, 3, 8, 8), torch.zeros(2, 3, 8, 8))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cnn"]  # (no staging left)

@@ -27,7 +27,8 @@ LAYERS = (
     ("ops",),  # lowerings, the registry, the fallback, debug-mode checks
     ("distributed", "compile", "diagnostics", "migrate", "kernels"),
     ("_registration", "torch_pjrt"),  # registering the device; the public names
-    ("cli", "serving", "ray_train"),  # the torch-pjrt command, vLLM's plugin, Ray Train's helpers
+    # the torch-pjrt command, vLLM's plugin, Ray Train's helpers, StableHLO artifacts
+    ("cli", "serving", "ray_train", "export"),
 )
 LAYER = {package: i for i, layer in enumerate(LAYERS) for package in layer}
 

@@ -35,6 +35,8 @@ sliding window and logit soft-cap, and transformers' SDPA attention for the othe
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from torch_pjrt.config import settings
@@ -171,6 +173,22 @@ def _register_mask(module) -> None:
 
 
 _lib = None
+
+
+@contextlib.contextmanager
+def unregistered():
+    """``aten::scaled_dot_product_attention`` without its pjrt kernel for the duration
+    (``torch_pjrt.export`` decomposes it to PyTorch's math: an exported program takes no
+    kernel decision of its own)."""
+    global _lib
+    lib, _lib = _lib, None
+    if lib is not None:
+        lib._destroy()
+    try:
+        yield
+    finally:
+        if lib is not None:
+            install()
 
 
 def install() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
@@ -131,8 +132,19 @@ def arange_out(end, *, out):
 def _arange_dtype(dtype, *values):
     if dtype is not None:
         return dtype
-    integral = all(isinstance(v, (bool, int)) for v in values)
+    integral = all(isinstance(v, (bool, int)) or jax.export.is_symbolic_dim(v) for v in values)
     return torch.int64 if integral else torch.get_default_dtype()
+
+
+def _symbolic_arange_length(start, end, step):
+    """The length of an integer arange over symbolic bounds (a program exported with
+    symbolic dimensions, ``torch_pjrt.export``): a symbolic dimension too."""
+    if not (isinstance(step, int) and step > 0):
+        raise NotImplementedError(
+            f"arange({start}, {end}, {step}) over a symbolic dimension is lowered for a "
+            "positive integer step only"
+        )
+    return (end - start + step - 1) // step
 
 
 @in_graphs(aten.arange.default)
@@ -143,7 +155,10 @@ def arange_end_in_graphs(end, *, dtype=None, layout=None, device=None, pin_memor
 @in_graphs(aten.arange.start, aten.arange.start_step)
 def arange_in_graphs(start, end, step=1, *, dtype=None, layout=None, device=None, pin_memory=None):
     dtype = _arange_dtype(dtype, start, end, step)
-    length = _arange_length(start, end, step, dtype)
+    if any(map(jax.export.is_symbolic_dim, (start, end, step))):
+        length = _symbolic_arange_length(start, end, step)
+    else:
+        length = _arange_length(start, end, step, dtype)
     acc = _acc_dtype(dtype)
     steps = jnp.asarray(step, acc) * jnp.arange(length, dtype=acc)
     return (jnp.asarray(start, acc) + steps).astype(jax_dtype(dtype))
