@@ -142,9 +142,11 @@ def test_saved_program_runs_on_pjrt_and_cpu_tensors(name, tmp_path):
 
 
 def test_saved_program_runs_without_torch(tmp_path):
-    """The runner lines of docs/export.md, in a process where importing torch fails."""
+    """The runner lines of docs/export.md, in a process where importing torch fails, on
+    a program saved for three platforms (run here on the CPU)."""
     model, exported = _exported("llama")
-    saved = pjrt_export.save(exported, tmp_path / "llama")
+    saved = pjrt_export.save(exported, tmp_path / "llama", platforms=("cpu", "cuda", "tpu"))
+    assert pjrt_export.load(saved).meta["platforms"] == ["cpu", "cuda", "tpu"]
     x = CASES["llama"][1](3)
     np.savez(tmp_path / "inputs.npz", x0=x.numpy())
     script = pathlib.Path(__file__).parent / "export_scripts" / "run_without_torch.py"
