@@ -20,6 +20,7 @@ import torch
 from torch.export import Dim, export
 
 import torch_pjrt.export as pjrt_export
+from tests import hf_families
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 
@@ -36,34 +37,16 @@ class CNN(torch.nn.Module):
         return self.fc(x.flatten(1))
 
 
-def _llama():
-    import transformers as hf
+def _family(name: str):
+    """A model of tests/hf_families.py (small configs), returning no KV cache (a cache
+    object is not a tensor output ``torch.export`` can give)."""
 
-    config = hf.LlamaConfig(
-        vocab_size=100,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        use_cache=False,
-    )
-    return hf.LlamaForCausalLM(config)
+    def build():
+        model = hf_families.FAMILIES[name].build()
+        model.config.use_cache = False
+        return model
 
-
-def _bert():
-    import transformers as hf
-
-    config = hf.BertConfig(
-        vocab_size=100,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=64,
-    )
-    return hf.BertModel(config)
+    return build
 
 
 def _main_output(out):
@@ -75,30 +58,9 @@ def _main_output(out):
 
 CASES = {
     "cnn": (CNN, lambda batch: torch.randn(batch, 3, 8, 8), "x"),
-    "llama": (_llama, lambda batch: torch.randint(0, 100, (batch, 8)), "input_ids"),
-    "bert": (_bert, lambda batch: torch.randint(0, 100, (batch, 8)), "input_ids"),
+    "llama": (_family("llama"), lambda batch: torch.randint(3, 100, (batch, 8)), "input_ids"),
+    "bert": (_family("bert"), lambda batch: torch.randint(3, 100, (batch, 8)), "input_ids"),
 }
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_export_on_pjrt_with_a_dynamic_batch(name):
-    make, inputs, arg = CASES[name]
-    torch.manual_seed(0)
-    model = make().eval()
-    on_pjrt = make().eval()
-    on_pjrt.load_state_dict(model.state_dict())
-    on_pjrt.to("pjrt")
-    x = inputs(2)
-    exported = export(on_pjrt, (x.to("pjrt"),), dynamic_shapes={arg: {0: Dim("batch", max=16)}})
-    held = {t.device.type for t in exported.state_dict.values()}
-    assert held == {"pjrt"}, held  # (no move to the CPU)
-    for batch in (2, 5):
-        x = inputs(batch)
-        with torch.no_grad():
-            expected = _main_output(model(x))
-            got = _main_output(exported.module()(x.to("pjrt")))
-        assert got.device.type == "pjrt"
-        torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-5)
 
 
 def _exported(name, batch=2):
@@ -111,6 +73,20 @@ def _exported(name, batch=2):
     on_pjrt.to("pjrt")
     dynamic = {arg: {0: Dim("batch", max=16)}}
     return model, export(on_pjrt, (inputs(batch).to("pjrt"),), dynamic_shapes=dynamic)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_export_on_pjrt_with_a_dynamic_batch(name):
+    model, exported = _exported(name)
+    held = {t.device.type for t in exported.state_dict.values()}
+    assert held == {"pjrt"}, held  # (no move to the CPU)
+    for batch in (2, 5):
+        x = CASES[name][1](batch)
+        with torch.no_grad():
+            expected = _main_output(model(x))
+            got = _main_output(exported.module()(x.to("pjrt")))
+        assert got.device.type == "pjrt"
+        torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
