@@ -148,3 +148,17 @@ def test_bad_arguments_are_refused_and_leave_nothing(tmp_path):
     with pytest.raises(TypeError, match="takes 1 tensor inputs, got 2"):
         loaded(torch.zeros(2, 3, 8, 8), torch.zeros(2, 3, 8, 8))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cnn"]  # (no staging left)
+
+
+class _Unlowered(torch.nn.Module):
+    def forward(self, x):
+        return torch.hash_tensor(x * 2)  # (no pjrt lowering: tests/expectations.py)
+
+
+def test_an_op_without_a_lowering_is_named_with_its_line(tmp_path):
+    exported = export(_Unlowered(), (torch.ones(4, device="pjrt"),))
+    with pytest.raises(
+        NotImplementedError, match=r"aten\.hash_tensor\.default \(from .*test_export\.py:\d+\)"
+    ):
+        pjrt_export.save(exported, tmp_path / "out")
+    assert list(tmp_path.iterdir()) == []

@@ -87,6 +87,7 @@ class _Lowered:
             if node.op == "call_function" and node.target in _ASSERTS and not node.users:
                 gm.graph.erase_node(node)
         gm.recompile()
+        _refuse_unlowered(gm)
         self.graph = GraphProgram(gm)
         self.kinds, self.weights = [], []
         lifted = {**ep.state_dict, **ep.constants}
@@ -124,6 +125,29 @@ class _Lowered:
             shape = [_dim(d, scope) for d in val.shape]
             specs.append(jax.ShapeDtypeStruct(tuple(shape), jax_dtype(val.dtype)))
         return specs
+
+
+def _refuse_unlowered(gm) -> None:
+    """PyTorch's kind of error for the first op of ``gm`` that no lowering takes, naming
+    it and the user's line it comes from."""
+    from torch._ops import OpOverload
+
+    from torch_pjrt.compile.nodes import source_line
+    from torch_pjrt.ops.registry import graph_lookup
+
+    for node in gm.graph.nodes:
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, OpOverload):
+            continue
+        if target is torch.ops.aten.copy_.default:  # (an input's update: the program's)
+            continue
+        if graph_lookup(target) is None:
+            where = source_line(node) or "a line the export did not record"
+            raise NotImplementedError(
+                f"torch_pjrt.export: the exported program calls {target} (from {where}), "
+                "which has no pjrt lowering and no decomposition, so it cannot be saved as "
+                "one StableHLO program. Replace that call, or keep the model in PyTorch."
+            )
 
 
 def _dim(d, scope):
