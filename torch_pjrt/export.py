@@ -74,6 +74,7 @@ class _Lowered:
     weights (numpy, in the order ``fn`` takes them) and its inputs' shapes."""
 
     def __init__(self, ep: torch.export.ExportedProgram):
+        from torch_pjrt.compile.nodes import Unsupported
         from torch_pjrt.compile.program import GraphProgram
 
         if not isinstance(ep, torch.export.ExportedProgram):
@@ -87,8 +88,14 @@ class _Lowered:
             if node.op == "call_function" and node.target in _ASSERTS and not node.users:
                 gm.graph.erase_node(node)
         gm.recompile()
-        _refuse_unlowered(gm)
-        self.graph = GraphProgram(gm)
+        try:
+            self.graph = GraphProgram(gm)
+        except Unsupported as exc:
+            raise NotImplementedError(
+                f"torch_pjrt.export: in the exported program, {exc} and no decomposition: "
+                "it cannot be saved as one StableHLO program. Replace that call, or keep "
+                "the model in PyTorch."
+            ) from None
         self.kinds, self.weights = [], []
         lifted = {**ep.state_dict, **ep.constants}
         for spec in ep.graph_signature.input_specs:
@@ -105,7 +112,6 @@ class _Lowered:
                 )
         placeholders = self.graph.inputs
         self.inputs = [n.meta["val"] for n, k in zip(placeholders, self.kinds) if k == "input"]
-        self.outputs = [n.meta.get("val") for n in self.graph.outputs]
 
     def fn(self, weights, *inputs):
         from torch_pjrt.runtime import asserts
@@ -125,29 +131,6 @@ class _Lowered:
             shape = [_dim(d, scope) for d in val.shape]
             specs.append(jax.ShapeDtypeStruct(tuple(shape), jax_dtype(val.dtype)))
         return specs
-
-
-def _refuse_unlowered(gm) -> None:
-    """PyTorch's kind of error for the first op of ``gm`` that no lowering takes, naming
-    it and the user's line it comes from."""
-    from torch._ops import OpOverload
-
-    from torch_pjrt.compile.nodes import source_line
-    from torch_pjrt.ops.registry import graph_lookup
-
-    for node in gm.graph.nodes:
-        target = node.target
-        if node.op != "call_function" or not isinstance(target, OpOverload):
-            continue
-        if target is torch.ops.aten.copy_.default:  # (an input's update: the program's)
-            continue
-        if graph_lookup(target) is None:
-            where = source_line(node) or "a line the export did not record"
-            raise NotImplementedError(
-                f"torch_pjrt.export: the exported program calls {target} (from {where}), "
-                "which has no pjrt lowering and no decomposition, so it cannot be saved as "
-                "one StableHLO program. Replace that call, or keep the model in PyTorch."
-            )
 
 
 def _dim(d, scope):

@@ -112,7 +112,8 @@ class GraphProgram:
             if isinstance(n.target, OpOverload) and n.target is not aten.copy_.default:
                 lowering = graph_lookup(n.target)
                 if lowering is None:
-                    raise Unsupported(f"{n.target} has no pjrt lowering")
+                    where = source_line(n) or "a line the graph did not record"
+                    raise Unsupported(f"{n.target} (from {where}) has no pjrt lowering")
                 self.calls[n] = Call(n.target, lowering, lookup(n.target) is not None)
                 self.random_nodes += lowering.random
         self.mutated_positions = tuple(sorted(self.mutated))

@@ -350,6 +350,19 @@ def _getter(indices: list):
     return lambda pool: list(get(pool))
 
 
+def _own_all(cells: list, values: list, index: int) -> None:
+    """``cell.own(value)`` for each pair (``tensor.Cell``): when no capture is under way
+    and no recording of device ``index`` could take the old buffers
+    (``fused.recording_open``), stored directly, without a release per cell."""
+    if fused.capturing or fused.recording_open(index):
+        for cell, value in zip(cells, values):
+            cell.own(value)
+        return
+    for cell, value in zip(cells, values):
+        cell._value = value
+        cell.owned = True
+
+
 class _Plan:
     """A replay's arguments when the updatable cells that own their values are
     ``owned`` (theirs are donated): the donated slots, and getters of the donated and
@@ -454,13 +467,12 @@ class Captured:
         self._stale = sorted(
             {position[id(c)] for c in written if id(c) in position} - fed
         )  # cells read and written that a replay checks again after (shape, owner)
-        # each output stored into one cell alone: (its value's index, the cell, the
-        # cell's input position or None); the rest are stored one by one
-        self._single = [
-            (k, cells[0], position.get(id(cells[0])))
-            for k, cells in enumerate(self.out_cells)
-            if len(cells) == 1
-        ]
+        # the outputs stored into one cell alone (owned by it), and of those the cells
+        # the graph reads too: (the value's index, the cell's input position)
+        single = [(k, cells[0]) for k, cells in enumerate(self.out_cells) if len(cells) == 1]
+        self._single_cells = [cell for _, cell in single]
+        self._single_values = _getter([k for k, _ in single])
+        self._read_back = [(k, position[id(c)]) for k, c in single if id(c) in position]
         self._shared = [(k, cells) for k, cells in enumerate(self.out_cells) if len(cells) > 1]
         self._fed_positions = sorted(fed)
         self._updatable_cells = [cell for _, cell in self.updatable]
@@ -565,14 +577,7 @@ class Captured:
                 asserts.follow(values[:n], parents)
             mark = parents
         raw, vals = self._raw, self._vals
-        recording = fused._graphs.get(self.index)
-        if fused.capturing or (recording is not None and recording.nodes):
-            for k, cell, _ in self._single:  # (a recording may donate what they held)
-                cell.own(values[k])
-        else:  # (nothing to release the old values to: stored directly)
-            for k, cell, _ in self._single:
-                cell._value = values[k]
-                cell.owned = True
+        _own_all(self._single_cells, self._single_values(values), self.index)
         for k, cells in self._shared:  # one value, several storages: none owns it alone
             for cell in cells:
                 cell.array = values[k]
@@ -582,9 +587,8 @@ class Captured:
                 cell.array = args[slot]
         for cell, value in self.constant_writes:
             cell.array = value
-        for k, _, i in self._single:  # (the program's values: the shapes it takes)
-            if i is not None:
-                raw[i] = vals[i] = values[k]
+        for k, i in self._read_back:  # (the program's values: the shapes it takes)
+            raw[i] = vals[i] = values[k]
         fed = self._fed_positions
         if mark:
             marks.update(dict.fromkeys(fed, mark))

@@ -553,12 +553,18 @@ def _graph(index: int) -> _Graph:
     return graph
 
 
+def recording_open(index: int) -> bool:
+    """Whether device ``index`` has a recording with ops in it (one that may hold, and
+    so donate, a buffer a storage cell lets go)."""
+    graph = _graphs.get(index)
+    return graph is not None and bool(graph.nodes)
+
+
 def released(array, index: int) -> None:
     """A storage cell that owned ``array`` let it go (``tensor.Cell``): the recording of
     its device may donate the buffer if it holds it."""
-    graph = _graphs.get(index)
-    if graph is not None and graph.nodes:
-        graph.release(array)
+    if recording_open(index):
+        _graphs[index].release(array)
 
 
 def record(fn, args: tuple, index: int, name: str = "op", random: bool = False, out=None):
