@@ -22,16 +22,19 @@ venv: $(STAMP)
 # Create the venv if missing, install the pinned deps (vLLM's run-time deps and the tools of
 # docs/ecosystem.md too: Ray, TorchTitan, TorchRec's dependencies), vLLM and xgrammar
 # without theirs (docs/serving.md says why), TorchRec and fbgemm's CPU build without
-# theirs, then the package itself
+# theirs, litert-torch's stack without its pins (requirements-litert-lock.txt says why),
+# then the package itself
 # (editable, no deps so the lock files stay authoritative), and builds the C++ device
 # guard by importing it (docs/internals.md). Reruns whenever a lock
 # file or pyproject.toml changes.
-$(STAMP): requirements-lock.txt requirements-vllm-lock.txt requirements-tools-lock.txt pyproject.toml
+$(STAMP): requirements-lock.txt requirements-vllm-lock.txt requirements-tools-lock.txt \
+		requirements-litert-lock.txt pyproject.toml
 	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	$(VPIP) install -r requirements-lock.txt -r requirements-vllm-lock.txt \
 		-r requirements-tools-lock.txt
 	$(VPIP) install --no-deps vllm==0.32.0 xgrammar==0.2.8 torch==2.13.0
 	$(VPIP) install --no-deps torchrec==1.8.0 fbgemm-gpu-cpu==1.8.0 torch==2.13.0
+	$(VPIP) install --no-deps -r requirements-litert-lock.txt torch==2.13.0
 	$(VPIP) install --no-deps -e .
 	$(VPY) -c "import torch_pjrt.device.guard as g, torch_pjrt; assert g.native()[0], g.native()"
 	@touch $@

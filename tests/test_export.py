@@ -162,3 +162,18 @@ def test_an_op_without_a_lowering_is_named_with_its_line(tmp_path):
     ):
         pjrt_export.save(exported, tmp_path / "out")
     assert list(tmp_path.iterdir()) == []
+
+
+class _DataDependent(torch.nn.Module):
+    def forward(self, x):
+        return x[x > 0] * 2
+
+
+def test_a_data_dependent_size_is_named_with_its_line(tmp_path):
+    exported = export(_DataDependent(), (torch.ones(2, 3, device="pjrt"),))
+    with pytest.raises(
+        RuntimeError,
+        match=r"aten\.index\.Tensor \(from .*test_export\.py:\d+\) has a size that depends",
+    ):
+        pjrt_export.save(exported, tmp_path / "out")
+    assert list(tmp_path.iterdir()) == []

@@ -1,4 +1,5 @@
-"""``torch.export`` programs as StableHLO artifacts that run with JAX alone.
+"""``torch.export`` programs as StableHLO artifacts that run with JAX alone, and models
+as LiteRT flatbuffers.
 
 :func:`save` lowers an ``ExportedProgram`` (made from a model on pjrt or on the CPU)
 through the same lowering registry that ``torch.compile(backend="pjrt")`` uses into one
@@ -17,13 +18,19 @@ The directory holds:
 
 Value checks (an index past the end, docs/semantics.md) are not part of an exported
 program: nothing would read them where it runs.
+
+:func:`to_litert` converts a module (on pjrt or the CPU) to a ``.tflite`` file through
+litert-torch, and :func:`load_litert` runs one in the LiteRT interpreter.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import json
 import os
 import pathlib
+import re
 import shutil
 import tempfile
 
@@ -31,7 +38,7 @@ import jax
 import numpy as np
 import torch
 
-__all__ = ["load", "save", "stablehlo"]
+__all__ = ["load", "load_litert", "save", "stablehlo", "to_litert"]
 
 FORMAT = 1
 _PROGRAM, _WEIGHTS, _META = "program.jaxexport", "weights.npz", "meta.json"
@@ -69,6 +76,28 @@ def _decomposed(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgra
         return ep.run_decompositions(table)
 
 
+def _check_static_sizes(ep: torch.export.ExportedProgram, target: str) -> None:
+    """Refuse a program with a size that depends on tensor values (``x[x > 0]``,
+    ``nonzero``): neither export target can hold one. Names the op and the user's line."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    from torch_pjrt.compile.nodes import source_line
+
+    for node in ep.graph.nodes:
+        if node.op != "call_function":
+            continue
+        for val in torch.utils._pytree.tree_leaves(node.meta.get("val")):
+            if isinstance(val, torch.Tensor) and free_unbacked_symbols(val.shape):
+                raise RuntimeError(
+                    f"torch_pjrt.export: the output of {node.target} (from "
+                    f"{source_line(node) or 'a line the program did not record'}) has a "
+                    f"size that depends on the tensor's values (shape {tuple(val.shape)}); "
+                    f"{target} needs sizes fixed by the input shapes. Use a fixed-size form "
+                    "(torch.where with the mask, or a padded result), or keep this step "
+                    "in PyTorch."
+                )
+
+
 class _Lowered:
     """An ExportedProgram's graph as ``fn(weights, *inputs)`` on JAX arrays, with its
     weights (numpy, in the order ``fn`` takes them) and its inputs' shapes."""
@@ -82,6 +111,7 @@ class _Lowered:
                 "torch_pjrt.export.save(): expected the ExportedProgram that "
                 f"torch.export.export() returns, got {type(ep).__name__}"
             )
+        _check_static_sizes(ep, "a StableHLO program")
         ep = _decomposed(ep)
         gm = ep.graph_module
         for node in list(gm.graph.nodes):
@@ -164,6 +194,7 @@ def save(ep, path, platforms=("cpu",)) -> pathlib.Path:
         platforms = (platforms,)
     if path.exists() and not path.is_dir():
         raise FileExistsError(f"torch_pjrt.export.save(): {path} exists and is not a directory")
+    _check_writable(path, "torch_pjrt.export.save()")
     lowered, exported = _exported(ep, platforms)
     meta = {
         "format": FORMAT,
@@ -185,6 +216,17 @@ def save(ep, path, platforms=("cpu",)) -> pathlib.Path:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return path
+
+
+def _check_writable(path: pathlib.Path, who: str) -> None:
+    """Refuse, before any work, a path whose folder cannot be made or written."""
+    folder = path.absolute().parent
+    while not folder.exists():
+        folder = folder.parent
+    if not folder.is_dir():
+        raise NotADirectoryError(f"{who}: cannot write {path}: {folder} is not a directory")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise PermissionError(f"{who}: cannot write {path}: {folder} is not writable")
 
 
 def _describe(aval) -> dict:
@@ -223,13 +265,7 @@ class Loaded:
                 f"the exported program takes {len(self.meta['inputs'])} tensor inputs, "
                 f"got {len(args)}"
             )
-        devices = {a.device for a in args if isinstance(a, torch.Tensor)}
-        if len(devices) > 1:
-            raise RuntimeError(
-                "Expected all tensors to be on the same device, but found at least two "
-                f"devices, {', '.join(sorted(map(str, devices)))}!"
-            )
-        device = devices.pop() if devices else torch.device("cpu")
+        device = _one_device(args)
         on_pjrt = device.type == "pjrt"
         prev = x64.on()
         try:
@@ -260,6 +296,17 @@ class Loaded:
         return self.exported.mlir_module()
 
 
+def _one_device(args) -> torch.device:
+    """The device all of ``args`` are on (the CPU for none), PyTorch's error otherwise."""
+    devices = {a.device for a in args if isinstance(a, torch.Tensor)}
+    if len(devices) > 1:
+        raise RuntimeError(
+            "Expected all tensors to be on the same device, but found at least two "
+            f"devices, {', '.join(sorted(map(str, devices)))}!"
+        )
+    return devices.pop() if devices else torch.device("cpu")
+
+
 def _torch_dtype(a):
     from torch_pjrt.runtime.transfer import torch_dtype
 
@@ -276,3 +323,183 @@ def stablehlo(ep, platforms=("cpu",)) -> str:
     if isinstance(platforms, str):
         platforms = (platforms,)
     return _exported(ep, platforms)[1].mlir_module()
+
+
+# --- LiteRT -------------------------------------------------------------------------
+
+QUANTIZE = ("dynamic_int8",)
+_NEEDS_LITERT = (
+    "torch_pjrt's LiteRT export needs litert-torch ({exc}): pip install --no-deps -r "
+    "requirements-litert-lock.txt (docs/export.md says why --no-deps)"
+)
+
+
+@contextlib.contextmanager
+def _litert():
+    """litert-torch, imported without its process-wide side effects: its import turns on
+    JAX's global ``jax_enable_x64`` (put back here at once; its own lowerings get 64-bit
+    types for the conversion's thread, as torch_pjrt's programs do), and a conversion
+    would set PyTorch's loggers to WARNING for the rest of the process (told not to)."""
+    prev = jax.config.jax_enable_x64
+    try:
+        import litert_torch
+    except ImportError as exc:
+        raise ImportError(_NEEDS_LITERT.format(exc=exc)) from None
+    finally:
+        jax.config.update("jax_enable_x64", prev)
+    key = "LITERT_TORCH_SILENCE_TORCH_LOGS"
+    saved = os.environ.get(key)
+    os.environ[key] = "n"
+    try:
+        with jax.enable_x64(True):
+            yield litert_torch
+    finally:
+        if saved is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = saved
+
+
+def _cpu_copy(module: torch.nn.Module) -> torch.nn.Module:
+    """A copy of ``module`` with its parameters and buffers on the CPU (one transfer each;
+    tied weights stay tied), in eval mode; ``module`` itself is left as it was."""
+    memo: dict = {}
+    for p in module.parameters():
+        memo.setdefault(id(p), torch.nn.Parameter(p.detach().to("cpu"), p.requires_grad))
+    for b in module.buffers():
+        memo.setdefault(id(b), b.detach().to("cpu"))
+    return copy.deepcopy(module, memo).eval()
+
+
+def _to_cpu(value):
+    return torch.utils._pytree.tree_map(
+        lambda v: v.detach().to("cpu") if isinstance(v, torch.Tensor) else v, value
+    )
+
+
+def to_litert(
+    module: torch.nn.Module, example_args, path, *, quantize: str | None = None
+) -> pathlib.Path:
+    """Convert ``module`` to a LiteRT flatbuffer (``.tflite``) at ``path`` through
+    litert-torch, for inputs shaped like ``example_args`` (a tuple of tensors, or one).
+
+    The module may live on pjrt (or the CPU): it is converted from a CPU copy, in eval
+    mode, as ``torch.onnx.export`` does; the module itself is not touched. 64-bit inputs
+    and outputs become 32-bit in the file (LiteRT's runtimes want them so).
+    ``quantize="dynamic_int8"`` stores weights as int8 per channel and quantizes
+    activations at run time. A failed conversion leaves no file. Returns the path."""
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(
+            f"torch_pjrt.export.to_litert(): expected a torch.nn.Module, got "
+            f"{type(module).__name__}"
+        )
+    if isinstance(example_args, torch.Tensor):
+        example_args = (example_args,)
+    if not isinstance(example_args, (tuple, list)):
+        raise TypeError(
+            "torch_pjrt.export.to_litert(): example_args must be a tuple of tensors, got "
+            f"{type(example_args).__name__}"
+        )
+    if quantize is not None and quantize not in QUANTIZE:
+        raise ValueError(
+            f"torch_pjrt.export.to_litert(): quantize must be None or one of {QUANTIZE}, "
+            f"got {quantize!r}"
+        )
+    path = pathlib.Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(
+            f"torch_pjrt.export.to_litert(): {path} is a directory; give a file path "
+            "such as model.tflite"
+        )
+    _check_writable(path, "torch_pjrt.export.to_litert()")
+    cpu_module, cpu_args = _cpu_copy(module), tuple(_to_cpu(example_args))
+    # (exported here first, as litert-torch will, for the clear error on a
+    # data-dependent size that its JAX lowerings would otherwise raise)
+    _check_static_sizes(torch.export.export(cpu_module, cpu_args, strict=False), "LiteRT")
+    with _litert() as litert_torch:
+        quant_config = None
+        if quantize == "dynamic_int8":
+            from litert_torch.generative.quantize import quant_recipes
+
+            quant_config = quant_recipes.full_dynamic_recipe()
+        try:
+            converted = litert_torch.convert(cpu_module, cpu_args, quant_config=quant_config)
+        except RuntimeError as exc:
+            _raise_if_unlowered(exc)
+            raise
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, staging = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        os.close(fd)
+        try:
+            converted.export(staging)
+            os.replace(staging, path)
+        except BaseException:
+            pathlib.Path(staging).unlink(missing_ok=True)
+            raise
+    return path
+
+
+def _raise_if_unlowered(exc: RuntimeError) -> None:
+    """litert-torch's 'Lowering not found' as torch_pjrt's error for an op that cannot be
+    exported: the op and the user's line."""
+    from torch_pjrt.compile.nodes import source_of
+
+    found = re.match(r"Lowering not found: (\S+)", str(exc))
+    if found:
+        where = source_of(str(exc).partition("Original traceback:")[2])
+        raise NotImplementedError(
+            f"torch_pjrt.export.to_litert: {found.group(1)} (from "
+            f"{where or 'a line the program did not record'}) has no LiteRT lowering in "
+            "litert-torch; replace that call, or export to StableHLO instead "
+            "(torch_pjrt.export.save)."
+        ) from None
+
+
+def _numbered(names, prefix):
+    """Signature names ``prefix0``, ``prefix1``, ... in number order."""
+    return sorted(names, key=lambda n: int(n[len(prefix) :]))
+
+
+class LiteRT:
+    """A ``.tflite`` file in the LiteRT interpreter, as a callable on torch tensors (on
+    any device; computed on the host): returns its output, or a tuple when it has
+    several, on the inputs' device. Inputs are cast to the dtypes the file declares
+    (int64 token ids to int32)."""
+
+    def __init__(self, path):
+        path = pathlib.Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"torch_pjrt.export.load_litert(): no file {path}; expected a .tflite file "
+                "written by torch_pjrt.export.to_litert()"
+            )
+        try:
+            from ai_edge_litert.interpreter import Interpreter
+        except ImportError as exc:
+            raise ImportError(_NEEDS_LITERT.format(exc=exc)) from None
+
+        self._runner = Interpreter(model_path=str(path)).get_signature_runner()
+        details = self._runner.get_input_details()
+        self._inputs = [(n, details[n]["dtype"]) for n in _numbered(details, "args_")]
+
+    def __call__(self, *args):
+        if len(args) != len(self._inputs):
+            raise TypeError(
+                f"the LiteRT model takes {len(self._inputs)} tensor inputs, got {len(args)}"
+            )
+        device = _one_device(args)
+        feed = {
+            name: a.detach().to("cpu").numpy().astype(dtype, copy=False)
+            for (name, dtype), a in zip(self._inputs, args)
+        }
+        outs = self._runner(**feed)
+        results = [
+            torch.from_numpy(np.array(outs[n])).to(device) for n in _numbered(outs, "output_")
+        ]
+        return results[0] if len(results) == 1 else tuple(results)
+
+
+def load_litert(path) -> LiteRT:
+    """The ``.tflite`` file at ``path`` as a callable on torch tensors (LiteRT's
+    interpreter on the host)."""
+    return LiteRT(path)

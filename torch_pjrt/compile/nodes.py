@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import operator
+import os
 import re
 
 import jax
@@ -27,6 +28,7 @@ __all__ = [
     "Unsupported",
     "node_supported",
     "source_line",
+    "source_of",
 ]
 
 
@@ -99,10 +101,22 @@ def node_supported(node: torch.fx.Node) -> bool:
     return True
 
 
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+
+
 def source_line(node: torch.fx.Node) -> str | None:
-    """The user's line a node of a Dynamo graph comes from ('file:line'), if known."""
-    found = re.findall(r'File "([^"]+)", line (\d+)', node.meta.get("stack_trace") or "")
-    return f"{found[-1][0]}:{found[-1][1]}" if found else None
+    """The user's line a node of a Dynamo or export graph comes from ('file:line'), if
+    known: the innermost frame outside PyTorch itself (a ``torch.nn`` layer's ``forward``
+    is not the line to change), else the innermost."""
+    return source_of(node.meta.get("stack_trace"))
+
+
+def source_of(stack_trace: str | None) -> str | None:
+    """:func:`source_line` for a stack trace's text."""
+    found = re.findall(r'File "([^"]+)", line (\d+)', stack_trace or "")
+    outside = [f for f in found if not f[0].startswith(_TORCH_DIR)]
+    file, line = (outside or found or [(None, None)])[-1]
+    return f"{file}:{line}" if file else None
 
 
 def _scalar(v):
