@@ -6,12 +6,16 @@
     python -m torch_pjrt.cli doctor    # without the installed entry point
     torch-pjrt run [--platform P] [--mode M] [--cuda-compat] [--receipt FILE] script.py args...
     torch-pjrt migrate PATH [--apply] [--report FILE]
+    torch-pjrt export MODULE_OR_SCRIPT [--format stablehlo|litert] --out PATH
 
 ``main(argv)`` returns the exit status: for ``doctor``, 0 when every check passed, 1 when
 one failed; for ``run``, the script's exit status (1 when it raised); for ``migrate``, 0
 when every file was analyzed (and, with ``--apply``, rewritten where needed), 1 when a
-file could not be (a syntax error, a binary or read-only file, ...); 2 for a usage error
-(``migrate``: also a PATH that does not exist).
+file could not be (a syntax error, a binary or read-only file, ...); for ``export``, 0
+when the file or directory was written, 1 when the model could not be exported (an op
+with no lowering, a data-dependent size, an unwritable path); 2 for a usage error
+(``migrate``: also a PATH that does not exist; ``export``: no such script or module, or
+no hook in it).
 """
 
 from __future__ import annotations
@@ -141,7 +145,151 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="also write the report to FILE: Markdown when it ends in .md, else JSON",
     )
+    exp = sub.add_parser(
+        "export",
+        help="export a model to StableHLO (run by JAX alone) or to LiteRT (.tflite)",
+        description="Import MODULE_OR_SCRIPT (a .py file or a dotted module name, "
+        f"optionally ':FUNCTION'), call its {EXPORT_HOOK}() (or FUNCTION), which returns "
+        "(model, example_args) or (model, example_args, dynamic_shapes), and write the "
+        "model: --format stablehlo writes a directory (torch_pjrt.export.save), --format "
+        "litert a .tflite file (torch_pjrt.export.to_litert). A failed export writes "
+        "nothing. docs/export.md has the details.",
+    )
+    exp.add_argument("target", metavar="MODULE_OR_SCRIPT", help="path/to/file.py or pkg.mod")
+    exp.add_argument(
+        "--format", choices=("stablehlo", "litert"), default="stablehlo", help="the target"
+    )
+    exp.add_argument("--out", metavar="PATH", required=True, help="the directory or file")
+    exp.add_argument(
+        "--platforms",
+        metavar="P,...",
+        default="cpu",
+        help="stablehlo: the platforms to compile for, e.g. cpu,cuda,tpu (default: cpu)",
+    )
+    exp.add_argument(
+        "--quantize",
+        choices=("dynamic_int8",),
+        default=None,
+        help="litert: dynamic-range int8 (int8 weights, activations quantized at run time)",
+    )
     return ap
+
+
+EXPORT_HOOK = "export_example"
+
+
+def _export_hook(target: str):
+    """The hook function ``target`` names: ``path.py``, ``pkg.mod`` or either with
+    ``:FUNCTION`` (default :data:`EXPORT_HOOK`). Raises LookupError with the reason."""
+    import importlib
+    import runpy
+
+    where, _, name = target.partition(":")
+    name = name or EXPORT_HOOK
+    if where.endswith(".py") or os.sep in where:
+        if not os.path.isfile(where):
+            raise LookupError(f"no such script: {where}")
+        sys.path.insert(0, os.path.dirname(os.path.abspath(where)))
+        namespace = runpy.run_path(where, run_name="__torch_pjrt_export__")
+    else:
+        try:
+            namespace = vars(importlib.import_module(where))
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not where.startswith(exc.name):
+                raise  # (a module the user's module imports is missing: their error)
+            raise LookupError(f"no such script or module: {where}") from None
+    hook = namespace.get(name)
+    if not callable(hook):
+        raise LookupError(
+            f"{where} defines no {name}(); define it to return (model, example_args) or "
+            "(model, example_args, dynamic_shapes) (docs/export.md)"
+        )
+    return hook
+
+
+def export_command(
+    target: str,
+    out: str,
+    *,
+    fmt: str = "stablehlo",
+    platforms: str = "cpu",
+    quantize: str | None = None,
+) -> int:
+    """``torch-pjrt export``: returns the exit status."""
+    if quantize is not None and fmt != "litert":
+        print("torch-pjrt export: --quantize applies to --format litert", file=sys.stderr)
+        return 2
+    saved_path = list(sys.path)
+    try:
+        return _export(target, out, fmt, platforms, quantize)
+    finally:
+        sys.path[:] = saved_path  # (a script's folder was put first, as python does)
+
+
+def _export(target, out, fmt, platforms, quantize) -> int:
+    import torch
+
+    import torch_pjrt.export as pjrt_export
+
+    try:
+        hook = _export_hook(target)
+    except LookupError as exc:
+        print(f"torch-pjrt export: {exc.args[0]}", file=sys.stderr)
+        return 2
+    example = hook()
+    if not isinstance(example, tuple) or len(example) not in (2, 3):
+        print(
+            f"torch-pjrt export: {target}'s hook returned {type(example).__name__}; "
+            "expected (model, example_args) or (model, example_args, dynamic_shapes)",
+            file=sys.stderr,
+        )
+        return 2
+    model, args, dynamic = (*example, None)[:3]
+    args = (args,) if isinstance(args, torch.Tensor) else tuple(args)
+    try:
+        if fmt == "litert":
+            if dynamic is not None:
+                print(
+                    "torch-pjrt export: note: the .tflite file takes the example's shapes "
+                    "(dynamic_shapes is for --format stablehlo)",
+                    file=sys.stderr,
+                )
+            written = pjrt_export.to_litert(model, args, out, quantize=quantize)
+        else:
+            exported = torch.export.export(model, args, dynamic_shapes=dynamic)
+            written = pjrt_export.save(exported, out, platforms=tuple(platforms.split(",")))
+    except Exception as exc:  # noqa: BLE001  (the reasons an export is refused, below)
+        message = _refusal(exc)
+        if message is None:
+            raise  # (a bug in the model or in torch_pjrt: its traceback helps)
+        print(f"torch-pjrt export: {message}", file=sys.stderr)
+        return 1
+    print(f"torch-pjrt export: wrote {written} ({fmt})")
+    return 0
+
+
+def _refusal(exc: Exception) -> str | None:
+    """The message for ``exc`` when it is a reason the export was refused (an op with no
+    lowering, a data-dependent size or branch, a path that cannot be written), else
+    None."""
+    from torch._dynamo.exc import UserError
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+    from torch_pjrt.compile.nodes import source_of
+
+    text = str(exc).strip()
+    if isinstance(exc, GuardOnDataDependentSymNode):
+        where = source_of(text.partition("The following call raised this error:")[2])
+        return (
+            f"the model branches on a tensor's value (at {where or 'a line not recorded'}; "
+            f"PyTorch: {text.splitlines()[0]}); an exported program cannot. Use torch.cond "
+            "or torch.where, or move the branch out of the model."
+        )
+    if isinstance(exc, (NotImplementedError, OSError, UserError)) or (
+        isinstance(exc, RuntimeError) and text.startswith("torch_pjrt.export")
+    ):
+        return f"{type(exc).__name__}: {text}"
+    return None
 
 
 def migrate_command(path: str, *, apply: bool = False, report_file: str | None = None) -> int:
@@ -252,6 +400,14 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.command == "migrate":
         return migrate_command(args.path, apply=args.apply, report_file=args.report)
+    if args.command == "export":
+        return export_command(
+            args.target,
+            args.out,
+            fmt=args.format,
+            platforms=args.platforms,
+            quantize=args.quantize,
+        )
     if args.command != "doctor":
         ap.print_help()
         return 2
