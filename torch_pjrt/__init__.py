@@ -29,7 +29,7 @@ import torch  # noqa: E402, F401
 from torch_pjrt import _registration  # noqa: E402
 from torch_pjrt._version import __version__ as __version__  # noqa: E402
 from torch_pjrt.config import config, settings  # noqa: E402
-from torch_pjrt.diagnostics import metrics  # noqa: E402
+from torch_pjrt.diagnostics import metrics, profiler  # noqa: E402
 from torch_pjrt.diagnostics.strict import StrictModeError, strict  # noqa: E402
 from torch_pjrt.kernels import kernel  # noqa: E402
 from torch_pjrt.modes import get_mode, mode, set_mode, step  # noqa: E402
@@ -46,6 +46,7 @@ __all__ = [
     "init",
     "kernel",
     "metrics",
+    "profiler",
     "mode",
     "set_mode",
     "settings",

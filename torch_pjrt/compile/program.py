@@ -128,7 +128,13 @@ class GraphProgram:
                     metrics.tally("graph_spmd_collectives", str(n.target))
         self.constants = {n: getattr(gm, n.target) for n in self.body if n.op == "get_attr"}
         self.program = executor.Program(
-            "graph", self.name, self._build, _describe, kind=kind, placed=_placed
+            "graph",
+            self.name,
+            self._build,
+            _describe,
+            kind=kind,
+            placed=_placed,
+            contents=lambda key: [str(n.target) for n in self.calls],
         )
         self._static_outputs: dict = {}
         self.declined = None  # a lowering declined this graph's arguments: it runs eagerly

@@ -442,6 +442,7 @@ class Captured:
                 f"the graph captured at {self.line}",
                 build,
                 lambda donated, traced: fused.describe_recording((*recorded, donated), traced),
+                contents=lambda donated: fused.recording_contents(recorded),
                 placed=(lambda key, index=self.index: index) if mesh is None else None,
                 follows=False,  # (replay() follows its checks, knowing what changed)
             )

@@ -171,6 +171,7 @@ class _Graph:
             describe_recording,
             placed=lambda key: index,
             follows=False,  # (each op's outputs are marked as it is recorded)
+            contents=recording_contents,
         )
         self._clear()
 
@@ -519,7 +520,14 @@ def _schema_of(name: str) -> str:
 
 
 def _op_name(fn) -> str:
+    if fn.__class__ is executor.Helper:
+        return fn.program.name
     return getattr(fn, "__name__", type(fn).__name__)
+
+
+def recording_contents(key) -> list:
+    """The ops a recording's program holds, by name (for profiler traces)."""
+    return [_op_name(fn) for fn, _, _ in key[0]]
 
 
 def describe_recording(key, traced) -> list:

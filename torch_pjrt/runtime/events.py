@@ -23,6 +23,8 @@ import collections
 import sys
 from collections.abc import Callable
 
+from torch_pjrt.runtime import profiling
+
 __all__ = [
     "add_seconds",
     "as_dict",
@@ -171,6 +173,9 @@ def host_sync() -> None:
     line = user_line()
     if _listeners:
         _emit("host sync", line)
+    if profiling.active():
+        with profiling.span(f"pjrt::host_sync {line}"):
+            pass  # (a mark in the trace: the wait itself is the transfer's span)
     _counters["host_syncs"] += 1
     _syncs[line] += 1
 

@@ -52,8 +52,9 @@ import jax
 from jax._src.core import trace_state_clean
 from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
-from torch_pjrt.runtime import asserts, platform, x64
+from torch_pjrt.runtime import asserts, platform, profiling, x64
 from torch_pjrt.runtime import events as metrics
+from torch_pjrt.runtime.profiling import torch_profiler as _torch_profiler
 
 __all__ = [
     "Program",
@@ -119,6 +120,8 @@ class Program:
         follows: whether a call marks its outputs with the unread or failed checks its
             inputs come from (``asserts.derive``); False for clients that do it
             themselves (a fused recording, op by op; a replay, from what it knows).
+        contents: ``key -> [op name, ...]``: what the program of ``key`` holds, for
+            profiler traces (``runtime.profiling``); default: its name.
     """
 
     __slots__ = (
@@ -136,6 +139,11 @@ class Program:
         "unchecked",
         "checked",
         "follows",
+        "contents",
+        "profiled",
+        "numbered",
+        "compiling",
+        "calling",
     )
 
     def __init__(
@@ -148,6 +156,7 @@ class Program:
         placed: Callable | None = None,
         unchecked: Callable | None = None,
         follows: bool = True,
+        contents: Callable | None = None,
     ):
         self.scope = scope
         self.name = name
@@ -163,6 +172,11 @@ class Program:
         self.unchecked = unchecked
         self.checked: dict = {}  # key of a program stating value checks -> its unchecked key
         self.follows = follows
+        self.contents = contents
+        self.profiled: dict = {}  # key -> (label, attributes) in profiler traces
+        self.numbered = 0  # programs of this name numbered in profiler traces so far
+        self.compiling = None  # the profiler span of the compilation under way
+        self.calling = False  # a profiled call is under way
 
     def jitted(self, key):
         """The jitted program of ``key`` (built on first use; compiled by its first call)."""
@@ -179,6 +193,8 @@ class Program:
         def traced(*args):
             self.started = time.perf_counter()
             self.traced = describe(key, args)
+            if self.calling:  # (a profiled call, not an outer trace inlining this one)
+                self._compiling(key)
             with jax.default_matmul_precision("highest"), asserts.tracing(off) as checks:
                 out = fn(*args)
             return checks.returning(out)
@@ -211,7 +227,10 @@ class Program:
             self.traced = None
         prev = x64.on()
         try:
-            out = jitted(*args)
+            if _torch_profiler._is_profiler_enabled:
+                out = self._profiled(key, jitted, args)
+            else:
+                out = jitted(*args)
         except Exception as exc:
             if self.traced is not None:  # a program that failed to build is not kept
                 self.cache.pop(key, None)
@@ -233,6 +252,44 @@ class Program:
                 inputs = (self, key, args)
             out = asserts.unpack(out, self.name, inputs=inputs)
         return out
+
+    def _profile_entry(self, key) -> tuple:
+        """``(label, attributes)`` of the program of ``key`` in profiler traces: its
+        name (numbered when the name stands for several programs, as a fused
+        recording's) and what it holds; kept per key while profiled."""
+        entry = self.profiled.get(key)
+        if entry is None:
+            if len(self.profiled) >= 1024:  # (a long profile of ever new programs)
+                self.profiled.clear()
+            label = self.name
+            if self.scope not in ("eager", "helper"):  # (one kernel: shapes alone differ)
+                self.numbered += 1
+                label = f"{self.name} #{self.numbered}"
+            ops = [self.name] if self.contents is None else self.contents(key)
+            attributes = {"scope": self.scope, "ops": profiling.contents(ops)}
+            entry = self.profiled[key] = (label, attributes)
+        return entry
+
+    def _profiled(self, key, jitted, args):
+        """``jitted(*args)`` in a ``pjrt::run`` span, a compilation it makes in a
+        ``pjrt::compile`` span inside it."""
+        label, attributes = self._profile_entry(key)
+        with profiling.span(f"pjrt::run {label}", **attributes):
+            self.calling = True
+            try:
+                return jitted(*args)
+            finally:
+                self.calling = False
+                if self.compiling is not None:
+                    self.compiling.__exit__(None, None, None)
+                    self.compiling = None
+
+    def _compiling(self, key) -> None:
+        """Open the compilation's profiler span (closed when the call returns)."""
+        cause = metrics.describe_change(self.last, self.traced)
+        label = self._profile_entry(key)[0]
+        self.compiling = profiling.span(f"pjrt::compile {label}", cause=cause)
+        self.compiling.__enter__()
 
     def compiled(self) -> None:
         """Count the compilation the last call made (from its trace on), with its cause."""

@@ -8,7 +8,7 @@ import ml_dtypes
 import numpy as np
 import torch
 
-from torch_pjrt.runtime import asserts, platform
+from torch_pjrt.runtime import asserts, platform, profiling
 from torch_pjrt.runtime import events as metrics
 
 TORCH_TO_JAX = {
@@ -87,6 +87,9 @@ def from_host(t: torch.Tensor, device) -> jax.Array:
         # CPU tensor would change the device copy, and a donated buffer would be
         # written into the CPU tensor. Copy it: the device array must own its bytes.
         a = a.copy()
+    if profiling.active():
+        with profiling.span("pjrt::to_device", bytes=a.nbytes), jax.enable_x64(True):
+            return jax.device_put(a, device)
     with jax.enable_x64(True):
         return jax.device_put(a, device)
 
@@ -98,7 +101,11 @@ def to_host(a: jax.Array, dtype: torch.dtype) -> torch.Tensor:
     asserts.refuse_read(a)
     out = torch.empty(tuple(a.shape), dtype=dtype)
     if out.numel():
-        to_numpy(out)[...] = np.asarray(a)
+        if profiling.active():
+            with profiling.span("pjrt::to_host", bytes=out.numel() * out.element_size()):
+                to_numpy(out)[...] = np.asarray(a)
+        else:
+            to_numpy(out)[...] = np.asarray(a)
     metrics.count("transfers_to_host")
     metrics.count("bytes_to_host", out.numel() * out.element_size())
     return out
