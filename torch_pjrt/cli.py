@@ -7,6 +7,7 @@
     torch-pjrt run [--platform P] [--mode M] [--cuda-compat] [--receipt FILE] script.py args...
     torch-pjrt migrate PATH [--apply] [--report FILE]
     torch-pjrt export MODULE_OR_SCRIPT [--format stablehlo|litert] --out PATH
+    torch-pjrt explain "ERROR TEXT OR TRACEBACK"   (or - to read it from stdin)
 
 ``main(argv)`` returns the exit status: for ``doctor``, 0 when every check passed, 1 when
 one failed; for ``run``, the script's exit status (1 when it raised); for ``migrate``, 0
@@ -15,7 +16,7 @@ file could not be (a syntax error, a binary or read-only file, ...); for ``expor
 when the file or directory was written, 1 when the model could not be exported (an op
 with no lowering, a data-dependent size, an unwritable path); 2 for a usage error
 (``migrate``: also a PATH that does not exist; ``export``: no such script or module, or
-no hook in it).
+no hook in it); for ``explain``, 0 when an entry was found, 1 when none.
 """
 
 from __future__ import annotations
@@ -172,7 +173,38 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="litert: dynamic-range int8 (int8 weights, activations quantized at run time)",
     )
+    expl = sub.add_parser(
+        "explain",
+        help="explain a torch_pjrt error: what it means, the usual cause, the fix",
+        description="Look up an error message or a whole traceback in torch_pjrt's error "
+        "glossary and print what it means, its usual cause, the fix and the doc to read. "
+        "Exits 1 when no entry matches.",
+    )
+    expl.add_argument("text", metavar="TEXT", help='the error or traceback; "-" reads stdin')
+    expl.add_argument("--json", action="store_true", help="print the entries as JSON")
     return ap
+
+
+def explain_command(text: str, *, as_json: bool = False) -> int:
+    """``torch-pjrt explain``: print the entries for ``text``; returns the exit status."""
+    import dataclasses
+
+    from torch_pjrt.diagnostics import glossary
+
+    if text == "-":
+        text = sys.stdin.read()
+    found = glossary.explain(text)
+    if as_json:
+        print(json.dumps([dataclasses.asdict(e) for e in found], indent=2))
+    elif found:
+        print("\n\n".join(glossary.format_entry(e) for e in found))
+    else:
+        print(
+            "torch-pjrt explain: no glossary entry matches this text. Errors from PyTorch "
+            "or JAX themselves are not in it; run `torch-pjrt doctor` for the setup.",
+            file=sys.stderr,
+        )
+    return 0 if found else 1
 
 
 EXPORT_HOOK = "export_example"
@@ -400,6 +432,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.command == "migrate":
         return migrate_command(args.path, apply=args.apply, report_file=args.report)
+    if args.command == "explain":
+        return explain_command(args.text, as_json=args.json)
     if args.command == "export":
         return export_command(
             args.target,

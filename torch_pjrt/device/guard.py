@@ -89,9 +89,13 @@ def _build(target: Path) -> None:
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=300)
         except subprocess.TimeoutExpired as e:
-            raise OSError(f"{command[0]} took more than {e.timeout} s") from e
+            raise OSError(
+                f"building the C++ device guard: {command[0]} took more than {e.timeout} s"
+            ) from e
         if done.returncode != 0:
-            raise OSError(f"{command[0]} failed: {done.stderr.strip()[-2000:]}")
+            raise OSError(
+                f"building the C++ device guard: {command[0]} failed: {done.stderr.strip()[-2000:]}"
+            )
         os.replace(temporary, target)
         for stale in target.parent.glob("_guard-*.so"):  # builds of an older source
             if stale != target:
