@@ -8,6 +8,7 @@
     torch-pjrt migrate PATH [--apply] [--report FILE]
     torch-pjrt export MODULE_OR_SCRIPT [--format stablehlo|litert] --out PATH
     torch-pjrt explain "ERROR TEXT OR TRACEBACK"   (or - to read it from stdin)
+    torch-pjrt mcp                     # the tools above for coding assistants (MCP, stdio)
 
 ``main(argv)`` returns the exit status: for ``doctor``, 0 when every check passed, 1 when
 one failed; for ``run``, the script's exit status (1 when it raised); for ``migrate``, 0
@@ -16,7 +17,8 @@ file could not be (a syntax error, a binary or read-only file, ...); for ``expor
 when the file or directory was written, 1 when the model could not be exported (an op
 with no lowering, a data-dependent size, an unwritable path); 2 for a usage error
 (``migrate``: also a PATH that does not exist; ``export``: no such script or module, or
-no hook in it); for ``explain``, 0 when an entry was found, 1 when none.
+no hook in it); for ``explain``, 0 when an entry was found, 1 when none; for ``mcp``, 0
+when the client closed the connection, 1 when the mcp SDK is missing.
 """
 
 from __future__ import annotations
@@ -182,6 +184,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     expl.add_argument("text", metavar="TEXT", help='the error or traceback; "-" reads stdin')
     expl.add_argument("--json", action="store_true", help="print the entries as JSON")
+    sub.add_parser(
+        "mcp",
+        help="serve doctor, explain, migrate and metrics to coding assistants (MCP, stdio)",
+        description="Serve torch_pjrt's tools over the Model Context Protocol on stdin and "
+        "stdout, for a coding assistant to call (docs/agents.md).",
+    )
     return ap
 
 
@@ -432,6 +440,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.command == "migrate":
         return migrate_command(args.path, apply=args.apply, report_file=args.report)
+    if args.command == "mcp":
+        from torch_pjrt.diagnostics import mcp_server
+
+        return mcp_server.main()
     if args.command == "explain":
         return explain_command(args.text, as_json=args.json)
     if args.command == "export":
