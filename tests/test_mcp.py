@@ -22,6 +22,18 @@ print(model(x).sum().item())
 """
 
 
+CLEAN_SCRIPT = """import torch
+import torch_pjrt  # noqa: F401
+
+model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 1)).to("pjrt")
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(5):
+    model(torch.ones(2, 4, device="pjrt")).sum().backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+
 async def _session_calls(calls):
     """Start the server, initialize, list the tools, make ``calls`` ((name, arguments)
     pairs); returns (tool names, [structured results])."""
@@ -45,6 +57,8 @@ async def _session_calls(calls):
 def test_tools_over_stdio(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(CUDA_SCRIPT)
+    clean = tmp_path / "clean.py"
+    clean.write_text(CLEAN_SCRIPT)
     traceback = (
         'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\n'
         "torch_pjrt.runtime.platform.PlatformError: PJRT platform 'tpu' was requested "
@@ -59,10 +73,11 @@ def test_tools_over_stdio(tmp_path):
         ("migrate", {"path": str(script), "apply": True}),
         ("migrate", {"path": str(tmp_path / "missing.py")}),
         ("metrics", {}),
+        ("onboard", {"script": str(clean)}),
     ]
     names, results = asyncio.run(asyncio.wait_for(_session_calls(calls), 600))
-    assert names == ["doctor", "explain", "metrics", "migrate"]
-    doctor, found, none, report, applied, missing, counters = results
+    assert names == ["doctor", "explain", "metrics", "migrate", "onboard"]
+    doctor, found, none, report, applied, missing, counters, onboarded = results
 
     assert doctor["ok"] is True and doctor["platform"] == "cpu", doctor
     assert doctor["smoke"]["max_error"] <= doctor["smoke"]["tolerance"]
@@ -82,3 +97,6 @@ def test_tools_over_stdio(tmp_path):
     assert "error" in missing and "missing.py" in missing["error"]
 
     assert counters["compilations"] > 0  # (the doctor's smoke test, in the server)
+
+    assert onboarded["ok"] is True and onboarded["steps_run"] == 4, onboarded
+    assert onboarded["modules_compared"] == 3  # (two Linear layers and their Sequential)

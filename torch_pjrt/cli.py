@@ -8,6 +8,7 @@
     torch-pjrt migrate PATH [--apply] [--report FILE]
     torch-pjrt export MODULE_OR_SCRIPT [--format stablehlo|litert] --out PATH
     torch-pjrt explain "ERROR TEXT OR TRACEBACK"   (or - to read it from stdin)
+    torch-pjrt onboard [--steps N] [--json] script.py args...  # first steps, vs the CPU
     torch-pjrt mcp                     # the tools above for coding assistants (MCP, stdio)
 
 ``main(argv)`` returns the exit status: for ``doctor``, 0 when every check passed, 1 when
@@ -18,7 +19,8 @@ when the file or directory was written, 1 when the model could not be exported (
 with no lowering, a data-dependent size, an unwritable path); 2 for a usage error
 (``migrate``: also a PATH that does not exist; ``export``: no such script or module, or
 no hook in it); for ``explain``, 0 when an entry was found, 1 when none; for ``mcp``, 0
-when the client closed the connection, 1 when the mcp SDK is missing.
+when the client closed the connection, 1 when the mcp SDK is missing; for ``onboard``,
+0 when nothing was found, 1 when something was, 2 when there is no such script.
 """
 
 from __future__ import annotations
@@ -184,6 +186,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     expl.add_argument("text", metavar="TEXT", help='the error or traceback; "-" reads stdin')
     expl.add_argument("--json", action="store_true", help="print the entries as JSON")
+    onb = sub.add_parser(
+        "onboard",
+        help="run a program's first steps on pjrt next to the CPU and list what to fix",
+        description="Check the installation, read the script for CUDA-only and slow code, "
+        "then run it on pjrt for its first optimizer steps: the first module whose output "
+        "differs from the CPU's, recompilations with their cause, host syncs inside the "
+        "loop and CPU fallbacks, each with the line and a fix; a numbered fix list at the "
+        "end. Exits 1 when something was found.",
+    )
+    onb.add_argument("--steps", type=int, default=4, help="optimizer steps to run (default 4)")
+    onb.add_argument("--json", action="store_true", help="print the report as JSON")
+    onb.add_argument("--platform", metavar="P", default=None, help="PJRT platform")
+    onb.add_argument("script", help="the Python script to run")
+    onb.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
     sub.add_parser(
         "mcp",
         help="serve doctor, explain, migrate and metrics to coding assistants (MCP, stdio)",
@@ -213,6 +229,19 @@ def explain_command(text: str, *, as_json: bool = False) -> int:
             file=sys.stderr,
         )
     return 0 if found else 1
+
+
+def onboard_command(script, args, *, steps=4, as_json=False, platform=None) -> int:
+    """``torch-pjrt onboard``: print the report; returns the exit status."""
+    from torch_pjrt.diagnostics import onboard
+
+    if not os.path.isfile(script):
+        print(f"torch-pjrt onboard: no such script: {script}", file=sys.stderr)
+        return 2
+    report = onboard.onboard(script, args, steps=steps, platform=platform)
+    print(json.dumps(report, indent=2) if as_json else onboard.format_report(report))
+    sys.stdout.flush()
+    return 0 if report["ok"] else 1
 
 
 EXPORT_HOOK = "export_example"
@@ -440,6 +469,11 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.command == "migrate":
         return migrate_command(args.path, apply=args.apply, report_file=args.report)
+    if args.command == "onboard":
+        return onboard_command(
+            args.script, list(args.args), steps=args.steps, as_json=args.json,
+            platform=args.platform,
+        )  # fmt: skip
     if args.command == "mcp":
         from torch_pjrt.diagnostics import mcp_server
 

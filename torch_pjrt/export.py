@@ -26,7 +26,6 @@ litert-torch, and :func:`load_litert` runs one in the LiteRT interpreter.
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import os
 import pathlib
@@ -360,23 +359,6 @@ def _litert():
             os.environ[key] = saved
 
 
-def _cpu_copy(module: torch.nn.Module) -> torch.nn.Module:
-    """A copy of ``module`` with its parameters and buffers on the CPU (one transfer each;
-    tied weights stay tied), in eval mode; ``module`` itself is left as it was."""
-    memo: dict = {}
-    for p in module.parameters():
-        memo.setdefault(id(p), torch.nn.Parameter(p.detach().to("cpu"), p.requires_grad))
-    for b in module.buffers():
-        memo.setdefault(id(b), b.detach().to("cpu"))
-    return copy.deepcopy(module, memo).eval()
-
-
-def _to_cpu(value):
-    return torch.utils._pytree.tree_map(
-        lambda v: v.detach().to("cpu") if isinstance(v, torch.Tensor) else v, value
-    )
-
-
 def to_litert(
     module: torch.nn.Module, example_args, path, *, quantize: str | None = None
 ) -> pathlib.Path:
@@ -412,7 +394,9 @@ def to_litert(
             "such as model.tflite"
         )
     _check_writable(path, "torch_pjrt.export.to_litert()")
-    cpu_module, cpu_args = _cpu_copy(module), tuple(_to_cpu(example_args))
+    from torch_pjrt.runtime.transfer import module_on_cpu, tree_on_cpu
+
+    cpu_module, cpu_args = module_on_cpu(module).eval(), tuple(tree_on_cpu(example_args))
     # (exported here first, as litert-torch will, for the clear error on a
     # data-dependent size that its JAX lowerings would otherwise raise)
     _check_static_sizes(torch.export.export(cpu_module, cpu_args, strict=False), "LiteRT")

@@ -3,9 +3,10 @@ Model Context Protocol (the official ``mcp`` SDK, stdio transport).
 
 Tools: ``doctor`` (the installation and the chip), ``explain`` (an error or traceback,
 looked up in the glossary), ``migrate`` (CUDA-only code found, and rewritten with
-``apply=True``), and ``metrics`` (the counters of the server's own process, after a
-``doctor`` smoke test for instance). docs/agents.md shows how to add the server to an
-assistant. Nothing is printed on stdout but the protocol.
+``apply=True``), ``onboard`` (a script's first steps on pjrt next to the CPU, in a
+process of its own), and ``metrics`` (the counters of the server's own process).
+docs/agents.md shows how to add the server to an assistant. Nothing is printed on stdout
+but the protocol.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ INSTRUCTIONS = (
     "torch_pjrt runs PyTorch programs on any chip with a PJRT plugin (TPU, GPU, CPU, ...) "
     "as the device 'pjrt'. Use doctor to check the installation and the chip, explain to "
     "understand a torch_pjrt error or traceback and get its fix, migrate to find CUDA-only "
-    "code in a file or folder and rewrite it to device-generic code (apply=True writes)."
+    "code in a file or folder and rewrite it to device-generic code (apply=True writes), "
+    "onboard to run a training script's first steps on pjrt and get the list of fixes."
 )
 
 
@@ -62,6 +64,24 @@ def build():
         except migrate_module.MigrateError as exc:
             return {"error": str(exc)}
         return report.as_dict()
+
+    @server.tool(structured_output=True)
+    def onboard(script: str, args: list[str] | None = None, steps: int = 4) -> dict[str, Any]:
+        """Run a training script's first `steps` optimizer steps on pjrt next to the CPU
+        (in a separate process) and report what to fix, with the script's lines: the
+        first module whose output differs from the CPU's, recompilations with their
+        cause, host syncs inside the loop, CPU fallbacks, CUDA-only code, and the fixes
+        numbered. `ok` is true when nothing was found."""
+        import json
+        import subprocess
+        import sys
+
+        command = [sys.executable, "-m", "torch_pjrt.cli", "onboard", "--json"]
+        command += ["--steps", str(steps), script, *(args or [])]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=3600)
+        if done.returncode not in (0, 1):
+            return {"error": done.stderr.strip()[-4000:] or f"exit status {done.returncode}"}
+        return json.loads(done.stdout)
 
     @server.tool(structured_output=True)
     def metrics() -> dict[str, Any]:

@@ -109,3 +109,24 @@ def to_host(a: jax.Array, dtype: torch.dtype) -> torch.Tensor:
     metrics.count("transfers_to_host")
     metrics.count("bytes_to_host", out.numel() * out.element_size())
     return out
+
+
+def module_on_cpu(module: torch.nn.Module) -> torch.nn.Module:
+    """A copy of ``module`` with its parameters and buffers on the CPU (one transfer each;
+    tied weights stay tied; same mode); ``module`` itself is left as it was."""
+    import copy
+
+    memo: dict = {}
+    for p in module.parameters():
+        memo.setdefault(id(p), torch.nn.Parameter(p.detach().to("cpu"), p.requires_grad))
+    for b in module.buffers():
+        memo.setdefault(id(b), b.detach().to("cpu"))
+    return copy.deepcopy(module, memo)
+
+
+def tree_on_cpu(value):
+    """``value`` (tensors in lists, tuples, dicts) with every tensor detached and on the
+    CPU."""
+    return torch.utils._pytree.tree_map(
+        lambda v: v.detach().to("cpu") if isinstance(v, torch.Tensor) else v, value
+    )
