@@ -87,9 +87,9 @@ def build():
     def metrics() -> dict[str, Any]:
         """torch_pjrt's counters in this server's process: ops, compilations and their
         causes, host syncs by line, transfers, CPU fallbacks."""
-        import torch_pjrt
+        from torch_pjrt.diagnostics import metrics as counters
 
-        return torch_pjrt.metrics.as_dict()
+        return counters.as_dict()
 
     return server
 
