@@ -32,6 +32,7 @@ INTERNAL = {
     "Unfusable": "modes/fused.py: an argument cannot be recorded; the op runs at once",
     "declined": "ops/fallback.py: a lowering declines these arguments; the op takes the "
     "fallback road, whose own messages have their entries",
+    "_Stop": "diagnostics/onboard.py: enough optimizer steps ran; the onboarding stops the script",
 }
 
 
