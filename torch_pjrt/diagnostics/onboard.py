@@ -71,7 +71,7 @@ class _Watch:
         self.steps = steps
         self.warmup = warmup  # steps whose compilations are expected
         self.done = 0  # optimizer steps so far
-        self.divergence: tuple | None = None  # (module, error, tolerance, line)
+        self.divergence: tuple | None = None  # (module, largest error, line)
         self.compared = 0
         self.skipped_random = 0
         self.recompilations: list[tuple[int, str, str]] = []  # (step, cause, line)
@@ -116,18 +116,19 @@ class _Watch:
         except Exception:  # noqa: BLE001  (a module the CPU cannot run as is: not compared)
             return
         self.compared += 1
-        worst, tolerance = 0.0, 0.0
+        worst = 0.0
         for got, want in zip(outs, expected):
+            got = got.detach().cpu()
             if not (got.is_floating_point() or got.is_complex()):
-                if not torch.equal(got.cpu(), want):
-                    worst, tolerance = float("inf"), 0.0
+                if not torch.equal(got, want):
+                    worst = float("inf")
                 continue
-            diff = (got.detach().cpu().double() - want.double()).abs()
-            bound = ATOL + RTOL * want.double().abs()
-            if bool((diff > bound).any()):
-                worst, tolerance = max(worst, float(diff.max())), RTOL
+            wide = torch.complex128 if got.is_complex() else torch.float64
+            diff = (got.to(wide) - want.to(wide)).abs()
+            if bool((diff > ATOL + RTOL * want.to(wide).abs()).any()):
+                worst = max(worst, float(diff.max()))
         if worst > 0:
-            self.divergence = (module, worst, tolerance, line)
+            self.divergence = (module, worst, line)
 
 
 def _run_script(script: str, args: list[str], watch: _Watch) -> str | None:
@@ -211,7 +212,7 @@ def onboard(script: str, args: list[str] | None = None, *, steps: int = 4, platf
         fix = entries[0].fix if entries else "read the traceback (`torch-pjrt explain` it)"
         findings.append(Finding("error", f"the script raised: {last}", None, fix))
     if watch.divergence is not None:
-        module, worst, tolerance, line = watch.divergence
+        module, worst, line = watch.divergence
         name = watch.names.get(id(module), type(module).__name__)
         findings.append(
             Finding(
