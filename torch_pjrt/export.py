@@ -297,12 +297,11 @@ class Loaded:
 
 def _one_device(args) -> torch.device:
     """The device all of ``args`` are on (the CPU for none), PyTorch's error otherwise."""
+    from torch_pjrt.device.binding import same_device_error
+
     devices = {a.device for a in args if isinstance(a, torch.Tensor)}
     if len(devices) > 1:
-        raise RuntimeError(
-            "Expected all tensors to be on the same device, but found at least two "
-            f"devices, {', '.join(sorted(map(str, devices)))}!"
-        )
+        raise same_device_error(*sorted(map(str, devices))[:2])
     return devices.pop() if devices else torch.device("cpu")
 
 

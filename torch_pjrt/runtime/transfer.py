@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import jax
 import jax.numpy as jnp
 import ml_dtypes
@@ -76,6 +78,9 @@ def from_numpy(a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(a))
 
 
+_NONE = contextlib.nullcontext()  # (no profiler span)
+
+
 def from_host(t: torch.Tensor, device) -> jax.Array:
     """Copy a CPU tensor to a JAX device."""
     a = to_numpy(t)
@@ -87,10 +92,8 @@ def from_host(t: torch.Tensor, device) -> jax.Array:
         # CPU tensor would change the device copy, and a donated buffer would be
         # written into the CPU tensor. Copy it: the device array must own its bytes.
         a = a.copy()
-    if profiling.active():
-        with profiling.span("pjrt::to_device", bytes=a.nbytes), jax.enable_x64(True):
-            return jax.device_put(a, device)
-    with jax.enable_x64(True):
+    traced = profiling.span("pjrt::to_device", bytes=a.nbytes) if profiling.active() else _NONE
+    with traced, jax.enable_x64(True):
         return jax.device_put(a, device)
 
 
@@ -101,10 +104,8 @@ def to_host(a: jax.Array, dtype: torch.dtype) -> torch.Tensor:
     asserts.refuse_read(a)
     out = torch.empty(tuple(a.shape), dtype=dtype)
     if out.numel():
-        if profiling.active():
-            with profiling.span("pjrt::to_host", bytes=out.numel() * out.element_size()):
-                to_numpy(out)[...] = np.asarray(a)
-        else:
+        nbytes = out.numel() * out.element_size()
+        with profiling.span("pjrt::to_host", bytes=nbytes) if profiling.active() else _NONE:
             to_numpy(out)[...] = np.asarray(a)
     metrics.count("transfers_to_host")
     metrics.count("bytes_to_host", out.numel() * out.element_size())
