@@ -13,7 +13,7 @@ VPIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: all venv demo test test-all lint clean distclean
+.PHONY: all venv browser demo test test-all lint clean distclean
 
 all: test
 
@@ -39,13 +39,21 @@ $(STAMP): requirements-lock.txt requirements-vllm-lock.txt requirements-tools-lo
 	$(VPY) -c "import torch_pjrt.device.guard as g, torch_pjrt; assert g.native()[0], g.native()"
 	@touch $@
 
+# Chromium, for the test that renders torch-pjrt report's page (tests/test_report.py):
+# Debian's package, installed when no Chromium is on the PATH (as root, else with sudo)
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT := DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+		$(APT) install -y -q chromium || { $(APT) update -q && $(APT) install -y -q chromium; }
+
 demo: $(STAMP)
 	$(VPY) examples/gpt/train.py --compile
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(VPY) -m pytest -x -q -n $(JOBS) -m "not slow" $(PYTEST_ARGS) tests
 
-test-all: $(STAMP)
+test-all: $(STAMP) browser
 	$(VPY) -m pytest -q -n $(JOBS) -m "slow or not slow" $(PYTEST_ARGS) tests
 
 lint:

@@ -9,6 +9,7 @@
     torch-pjrt export MODULE_OR_SCRIPT [--format stablehlo|litert] --out PATH
     torch-pjrt explain "ERROR TEXT OR TRACEBACK"   (or - to read it from stdin)
     torch-pjrt onboard [--steps N] [--json] script.py args...  # first steps, vs the CPU
+    torch-pjrt report [--out report.html] [--steps N] [--json] script.py args...  # a page
     torch-pjrt mcp                     # the tools above for coding assistants (MCP, stdio)
 
 ``main(argv)`` returns the exit status: for ``doctor``, 0 when every check passed, 1 when
@@ -20,7 +21,10 @@ with no lowering, a data-dependent size, an unwritable path); 2 for a usage erro
 (``migrate``: also a PATH that does not exist; ``export``: no such script or module, or
 no hook in it); for ``explain``, 0 when an entry was found, 1 when none; for ``mcp``, 0
 when the client closed the connection, 1 when the mcp SDK is missing; for ``onboard``,
-0 when nothing was found, 1 when something was, 2 when there is no such script.
+0 when nothing was found, 1 when something was, 2 when there is no such script; for
+``report``, 0 when the script ran to its end (or the steps asked for) and the page was
+written, 1 when the script raised (the page is written, with the error), 2 when there is
+no such script or ``--out`` cannot be written.
 """
 
 from __future__ import annotations
@@ -200,6 +204,21 @@ def _parser() -> argparse.ArgumentParser:
     onb.add_argument("--platform", metavar="P", default=None, help="PJRT platform")
     onb.add_argument("script", help="the Python script to run")
     onb.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
+    rep = sub.add_parser(
+        "report",
+        help="run a program and write one HTML page of what the device did",
+        description="Run the script on pjrt and write a self-contained HTML report: step "
+        "time with the compilations and their causes, host syncs by line, CPU fallbacks, "
+        "bytes moved, device memory over time and per program, the ten costliest "
+        "programs, and what strict mode would stop on, with fixes (docs/diagnostics.md). "
+        "Exits 1 when the script raised.",
+    )
+    rep.add_argument("--out", default="report.html", help="the page (default report.html)")
+    rep.add_argument("--steps", type=int, default=None, help="stop after N optimizer steps")
+    rep.add_argument("--json", action="store_true", help="print what the page shows as JSON")
+    rep.add_argument("--platform", metavar="P", default=None, help="PJRT platform")
+    rep.add_argument("script", help="the Python script to run")
+    rep.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
     sub.add_parser(
         "mcp",
         help="serve doctor, explain, migrate and metrics to coding assistants (MCP, stdio)",
@@ -242,6 +261,34 @@ def onboard_command(script, args, *, steps=4, as_json=False, platform=None) -> i
     print(json.dumps(report, indent=2) if as_json else onboard.format_report(report))
     sys.stdout.flush()
     return 0 if report["ok"] else 1
+
+
+def report_command(script, args, *, out, steps=None, as_json=False, platform=None) -> int:
+    """``torch-pjrt report``: write the page; returns the exit status."""
+    from torch_pjrt.diagnostics import report
+
+    if steps is not None and steps < 1:
+        print(f"torch-pjrt report: --steps must be at least 1, got {steps}", file=sys.stderr)
+        return 2
+    try:
+        result = report.report(script, args, out=out, steps=steps, platform=platform)
+    except OSError as exc:  # (no such script, an --out that cannot be written)
+        print(exc, file=sys.stderr)
+        return 2
+    if as_json:
+        print(json.dumps(result, indent=2, default=str))
+    else:
+        m = result["metrics"]
+        print(
+            f"torch-pjrt report: wrote {result['out']}: {result['steps_run']} optimizer "
+            f"step(s), {m['compilations']} compilation(s), {m['host_syncs']} host sync(s), "
+            f"{sum(m['fallbacks'].values())} CPU fallback(s), {len(result['findings'])} "
+            "finding(s)"
+        )
+        if result["error"]:
+            print(f"the script raised:\n{result['error']}", file=sys.stderr)
+    sys.stdout.flush()
+    return 1 if result["error"] else 0
 
 
 EXPORT_HOOK = "export_example"
@@ -472,6 +519,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "onboard":
         return onboard_command(
             args.script, list(args.args), steps=args.steps, as_json=args.json,
+            platform=args.platform,
+        )  # fmt: skip
+    if args.command == "report":
+        return report_command(
+            args.script, list(args.args), out=args.out, steps=args.steps, as_json=args.json,
             platform=args.platform,
         )  # fmt: skip
     if args.command == "mcp":

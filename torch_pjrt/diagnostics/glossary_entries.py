@@ -2382,4 +2382,27 @@ ENTRIES = (
         doc="docs/migrating.md#torch-pjrt-migrate",
         classes=("MigrateError",),
     ),
+    # --- report ---------------------------------------------------------------------
+    Entry(
+        "report-steps",
+        r"torch-pjrt report: steps must be a positive int",
+        meaning="torch_pjrt.diagnostics.report() was given a number of optimizer steps to run "
+        "that is not a positive integer.",
+        cause="steps=0, a negative number, or a float or string where an int was meant.",
+        fix="Pass steps=N with N >= 1 to stop after N optimizer steps, or leave it out "
+        "(None) to run the script to its end.",
+        doc="docs/diagnostics.md#the-report",
+    ),
+    Entry(
+        "report-out-folder",
+        r"torch-pjrt report: (?:no such folder for --out:|--out is a folder, not a file:"
+        r"|cannot write in )",
+        meaning="The report's page cannot be written where --out (out=) points, so the "
+        "script was not run.",
+        cause="A folder in the path that does not exist, an --out that names an existing "
+        "folder, or a folder this process may not write in.",
+        fix="Give a file path in an existing folder you can write, e.g. --out "
+        "runs/report.html after mkdir -p runs.",
+        doc="docs/diagnostics.md#the-report",
+    ),
 )

@@ -64,11 +64,13 @@ def _random(module: torch.nn.Module) -> bool:
 class _Watch:
     """The listeners of one onboarding run."""
 
-    def __init__(self, steps: int, warmup: int):
+    compare = True  # run each module's first forward again on the CPU
+
+    def __init__(self, steps: int | None, warmup: int):
         from torch_pjrt.runtime import events
 
         self.events = events
-        self.steps = steps
+        self.steps = steps  # optimizer steps to run (None: the whole script)
         self.warmup = warmup  # steps whose compilations are expected
         self.done = 0  # optimizer steps so far
         self.divergence: tuple | None = None  # (module, largest error, line)
@@ -90,7 +92,7 @@ class _Watch:
 
     def step_hook(self, *_):
         self.done += 1
-        if self.done >= self.steps:
+        if self.steps is not None and self.done >= self.steps:
             raise _Stop
 
     # --- numerics -------------------------------------------------------------------
@@ -140,10 +142,10 @@ def _run_script(script: str, args: list[str], watch: _Watch) -> str | None:
 
     events = watch.events
     events.listen(watch.event)
-    hooks = [
-        register_optimizer_step_post_hook(watch.step_hook),
-        torch.nn.modules.module.register_module_forward_hook(watch.forward_hook, with_kwargs=True),
-    ]
+    hooks = [register_optimizer_step_post_hook(watch.step_hook)]
+    if watch.compare:
+        forward = torch.nn.modules.module.register_module_forward_hook
+        hooks.append(forward(watch.forward_hook, with_kwargs=True))
     old_argv, old_path = sys.argv, list(sys.path)
     sys.argv = [script, *args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
@@ -178,53 +180,29 @@ def _recompilation_fix(cause: str) -> str:
     )
 
 
-def onboard(script: str, args: list[str] | None = None, *, steps: int = 4, platform=None):
-    """Onboard ``script``: returns ``{"ok", "findings", "fixes", ...}`` (see the module
-    doc). ``steps``: optimizer steps to run; compilations in the first
-    ``settings.strict_warmup`` (2) are expected, later ones are recompilations."""
-    from torch_pjrt import migrate
-    from torch_pjrt.diagnostics.doctor import doctor
+def error_finding(error: str) -> Finding:
+    """The finding of the traceback that ended a script, with the glossary's fix."""
+    from torch_pjrt.diagnostics import glossary
 
-    if not os.path.isfile(script):
-        raise FileNotFoundError(f"torch-pjrt onboard: no such script: {script}")
-    findings: list[Finding] = []
-    env = doctor(platform)
-    if not env["ok"]:
-        findings.append(
-            Finding(
-                "environment",
-                f"torch-pjrt doctor failed: {env['error'] or 'the smoke test'}",
-                None,
-                "; ".join(env["hints"]) or "run `torch-pjrt doctor` and follow its hints",
-            )
-        )
-    for f in migrate.migrate(script).findings:
-        findings.append(Finding("migrate", f.what, f"{f.path}:{f.line}", f.proposal))
+    entries = glossary.explain(error)
+    fix = entries[0].fix if entries else "read the traceback (`torch-pjrt explain` it)"
+    return Finding("error", f"the script raised: {error.strip().splitlines()[-1]}", None, fix)
 
-    warmup = settings.strict_warmup  # (as strict mode: the first steps compile)
-    watch = _Watch(max(warmup + 1, steps), warmup)
-    error = _run_script(script, list(args or []), watch)
-    if error is not None:
-        last = error.strip().splitlines()[-1]
-        from torch_pjrt.diagnostics import glossary
 
-        entries = glossary.explain(error)
-        fix = entries[0].fix if entries else "read the traceback (`torch-pjrt explain` it)"
-        findings.append(Finding("error", f"the script raised: {last}", None, fix))
-    if watch.divergence is not None:
-        module, worst, line = watch.divergence
-        name = watch.names.get(id(module), type(module).__name__)
-        findings.append(
-            Finding(
-                "divergence",
-                f"module {name} ({type(module).__name__}) gives outputs up to {worst:.3g} away "
-                f"from the CPU's (tolerance rtol={RTOL:g}, atol={ATOL:g}); it is the first "
-                "module, in the order they finish, that differs",
-                line,
-                "run its ops in debug mode (TORCH_PJRT_MODE=debug, TORCH_PJRT_CHECK_NUMERICS=1) "
-                "to find the op, and check its dtypes and matmul precision (docs/precision.md)",
-            )
-        )
+def fix_list(findings: list[Finding]) -> list[str]:
+    """The findings' fixes, each once, with the kind and line it comes from."""
+    fixes = []
+    for f in findings:
+        fix = f"{f.fix} [{f.kind}{', ' + f.where if f.where else ''}]"
+        if fix not in fixes:
+            fixes.append(fix)
+    return fixes
+
+
+def loop_findings(watch: _Watch) -> list[Finding]:
+    """What strict mode stops on, found in a watched run: recompilations after the
+    warm-up steps, host syncs after the first step and CPU fallbacks (each by line)."""
+    findings = []
     for step, cause, line in watch.recompilations:
         findings.append(
             Finding(
@@ -255,11 +233,52 @@ def onboard(script: str, args: list[str] | None = None, *, steps: int = 4, platf
                 "(docs/fallback.md, docs/kernels.md)",
             )
         )
-    fixes = []
-    for f in findings:
-        fix = f"{f.fix} [{f.kind}{', ' + f.where if f.where else ''}]"
-        if fix not in fixes:
-            fixes.append(fix)
+    return findings
+
+
+def onboard(script: str, args: list[str] | None = None, *, steps: int = 4, platform=None):
+    """Onboard ``script``: returns ``{"ok", "findings", "fixes", ...}`` (see the module
+    doc). ``steps``: optimizer steps to run; compilations in the first
+    ``settings.strict_warmup`` (2) are expected, later ones are recompilations."""
+    from torch_pjrt import migrate
+    from torch_pjrt.diagnostics.doctor import doctor
+
+    if not os.path.isfile(script):
+        raise FileNotFoundError(f"torch-pjrt onboard: no such script: {script}")
+    findings: list[Finding] = []
+    env = doctor(platform)
+    if not env["ok"]:
+        findings.append(
+            Finding(
+                "environment",
+                f"torch-pjrt doctor failed: {env['error'] or 'the smoke test'}",
+                None,
+                "; ".join(env["hints"]) or "run `torch-pjrt doctor` and follow its hints",
+            )
+        )
+    for f in migrate.migrate(script).findings:
+        findings.append(Finding("migrate", f.what, f"{f.path}:{f.line}", f.proposal))
+
+    warmup = settings.strict_warmup  # (as strict mode: the first steps compile)
+    watch = _Watch(max(warmup + 1, steps), warmup)
+    error = _run_script(script, list(args or []), watch)
+    if error is not None:
+        findings.append(error_finding(error))
+    if watch.divergence is not None:
+        module, worst, line = watch.divergence
+        name = watch.names.get(id(module), type(module).__name__)
+        findings.append(
+            Finding(
+                "divergence",
+                f"module {name} ({type(module).__name__}) gives outputs up to {worst:.3g} away "
+                f"from the CPU's (tolerance rtol={RTOL:g}, atol={ATOL:g}); it is the first "
+                "module, in the order they finish, that differs",
+                line,
+                "run its ops in debug mode (TORCH_PJRT_MODE=debug, TORCH_PJRT_CHECK_NUMERICS=1) "
+                "to find the op, and check its dtypes and matmul precision (docs/precision.md)",
+            )
+        )
+    findings += loop_findings(watch)
     return {
         "script": script,
         "ok": not findings,
@@ -268,7 +287,7 @@ def onboard(script: str, args: list[str] | None = None, *, steps: int = 4, platf
         "modules_skipped_random": watch.skipped_random,
         "platform": env.get("platform"),
         "findings": [dataclasses.asdict(f) for f in findings],
-        "fixes": fixes,
+        "fixes": fix_list(findings),
     }
 
 

@@ -29,6 +29,7 @@ __all__ = [
     "add_seconds",
     "as_dict",
     "compilation",
+    "compile_seconds",
     "count",
     "describe_change",
     "fallback",
@@ -127,6 +128,18 @@ def tally(table: str, key: str, n: int = 1) -> None:
 
 def add_seconds(name: str, seconds: float) -> None:
     _seconds[name] += seconds
+
+
+def compile_seconds(counters: dict | None = None) -> float:
+    """Seconds spent building XLA programs so far, every scope together (the
+    ``<scope>_compile_seconds``; ``xla_compile_seconds``, XLA's part of them as JAX
+    reports it, is not added again); of ``counters`` (an :func:`as_dict`) when given."""
+    table = _seconds if counters is None else counters
+    return sum(
+        v
+        for name, v in table.items()
+        if name.endswith("_compile_seconds") and name != "xla_compile_seconds"
+    )
 
 
 def compilation(scope: str, kind: str | None, seconds: float, cause: str) -> None:

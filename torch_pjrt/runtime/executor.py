@@ -62,6 +62,7 @@ __all__ = [
     "helper",
     "mesh_in_use",
     "on_device",
+    "record_runs",
     "traced_at_full_precision",
     "use_meshes",
 ]
@@ -98,6 +99,19 @@ def traced_at_full_precision(fn):
 def on_device(index: int) -> SingleDeviceSharding:
     """The sharding that puts a program's outputs on pjrt device ``index``."""
     return SingleDeviceSharding(platform.device(index))
+
+
+# ``fn(program, key, jitted, args) -> outputs``: runs every program in place of the plain
+# call while set (the report's recorder, ``diagnostics/report.py``); see :func:`record_runs`
+_recorder: Callable | None = None
+
+
+def record_runs(fn: Callable | None) -> Callable | None:
+    """Route every program run through ``fn(program, key, jitted, args)``, which must
+    return ``jitted(*args)``'s outputs (None: plain calls again); returns the one before."""
+    global _recorder
+    previous, _recorder = _recorder, fn
+    return previous
 
 
 class Program:
@@ -229,8 +243,10 @@ class Program:
         try:
             if _torch_profiler._is_profiler_enabled:
                 out = self._profiled(key, jitted, args)
-            else:
+            elif _recorder is None:
                 out = jitted(*args)
+            else:
+                out = _recorder(self, key, jitted, args)
         except Exception as exc:
             if self.traced is not None:  # a program that failed to build is not kept
                 self.cache.pop(key, None)
@@ -253,10 +269,11 @@ class Program:
             out = asserts.unpack(out, self.name, inputs=inputs)
         return out
 
-    def _profile_entry(self, key) -> tuple:
+    def profile_entry(self, key) -> tuple:
         """``(label, attributes)`` of the program of ``key`` in profiler traces: its
         name (numbered when the name stands for several programs, as a fused
-        recording's) and what it holds; kept per key while profiled."""
+        recording's) and what it holds; kept per key while profiled (or recorded by
+        ``record_runs``' hook)."""
         entry = self.profiled.get(key)
         if entry is None:
             if len(self.profiled) >= 1024:  # (a long profile of ever new programs)
@@ -273,11 +290,11 @@ class Program:
     def _profiled(self, key, jitted, args):
         """``jitted(*args)`` in a ``pjrt::run`` span, a compilation it makes in a
         ``pjrt::compile`` span inside it."""
-        label, attributes = self._profile_entry(key)
+        label, attributes = self.profile_entry(key)
         with profiling.span(f"pjrt::run {label}", **attributes):
             self.calling = True
             try:
-                return jitted(*args)
+                return jitted(*args) if _recorder is None else _recorder(self, key, jitted, args)
             finally:
                 self.calling = False
                 if self.compiling is not None:
@@ -287,7 +304,7 @@ class Program:
     def _compiling(self, key) -> None:
         """Open the compilation's profiler span (closed when the call returns)."""
         cause = metrics.describe_change(self.last, self.traced)
-        label = self._profile_entry(key)[0]
+        label = self.profile_entry(key)[0]
         self.compiling = profiling.span(f"pjrt::compile {label}", cause=cause)
         self.compiling.__enter__()
 
@@ -297,6 +314,31 @@ class Program:
         self.last = self.traced
         seconds = time.perf_counter() - self.started
         metrics.compilation(self.scope, self.kind, seconds, f"{self.name}: {cause}")
+
+    def analysis(self, key, *specs) -> dict:
+        """XLA's memory and cost analysis of the program of ``key`` for arguments like
+        ``specs`` (``jax.ShapeDtypeStruct``s with their shardings): ``{"arguments",
+        "outputs", "temporaries", "code"}`` in bytes, and ``"flops"`` (None where the
+        platform does not say). Counts no compilation (the program is compiled anew,
+        or found in JAX's cache)."""
+        saved = self.traced, self.last, self.started, self.lowered
+        prev = x64.on()
+        try:
+            compiled = self.jitted(key).lower(*specs).compile()
+        finally:
+            x64.restore(prev)
+            self.traced, self.last, self.started, self.lowered = saved
+        memory = compiled.memory_analysis()
+        cost = compiled.cost_analysis() or {}
+        if isinstance(cost, list):  # (older JAX: one dict per computation)
+            cost = cost[0] if cost else {}
+        return {
+            "arguments": getattr(memory, "argument_size_in_bytes", None),
+            "outputs": getattr(memory, "output_size_in_bytes", None),
+            "temporaries": getattr(memory, "temp_size_in_bytes", None),
+            "code": getattr(memory, "generated_code_size_in_bytes", None),
+            "flops": cost.get("flops"),
+        }
 
     def lower(self, key, *args):
         """The lowered program of ``key`` for ``args``, for dumps; the call that follows
