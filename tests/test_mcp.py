@@ -74,10 +74,11 @@ def test_tools_over_stdio(tmp_path):
         ("migrate", {"path": str(tmp_path / "missing.py")}),
         ("metrics", {}),
         ("onboard", {"script": str(clean)}),
+        ("report", {"script": str(clean), "out": str(tmp_path / "page.html"), "steps": 3}),
     ]
     names, results = asyncio.run(asyncio.wait_for(_session_calls(calls), 600))
-    assert names == ["doctor", "explain", "metrics", "migrate", "onboard"]
-    doctor, found, none, report, applied, missing, counters, onboarded = results
+    assert names == ["doctor", "explain", "metrics", "migrate", "onboard", "report"]
+    doctor, found, none, report, applied, missing, counters, onboarded, page = results
 
     assert doctor["ok"] is True and doctor["platform"] == "cpu", doctor
     assert doctor["smoke"]["max_error"] <= doctor["smoke"]["tolerance"]
@@ -100,3 +101,9 @@ def test_tools_over_stdio(tmp_path):
 
     assert onboarded["ok"] is True and onboarded["steps_run"] == 4, onboarded
     assert onboarded["modules_compared"] == 3  # (two Linear layers and their Sequential)
+
+    # the report's page is written, and its figures come back
+    assert page["out"] == str(tmp_path / "page.html") and page["error"] is None, page
+    assert page["steps_run"] == 3 and page["metrics"]["compilations"] > 0
+    assert page["programs"] and page["programs"][0]["runs"] >= 1
+    assert "<svg" in (tmp_path / "page.html").read_text()

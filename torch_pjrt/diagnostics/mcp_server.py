@@ -4,6 +4,7 @@ Model Context Protocol (the official ``mcp`` SDK, stdio transport).
 Tools: ``doctor`` (the installation and the chip), ``explain`` (an error or traceback,
 looked up in the glossary), ``migrate`` (CUDA-only code found, and rewritten with
 ``apply=True``), ``onboard`` (a script's first steps on pjrt next to the CPU, in a
+process of its own), ``report`` (a script run on pjrt, written up as an HTML page, in a
 process of its own), and ``metrics`` (the counters of the server's own process).
 docs/agents.md shows how to add the server to an assistant. Nothing is printed on stdout
 but the protocol.
@@ -21,7 +22,9 @@ INSTRUCTIONS = (
     "as the device 'pjrt'. Use doctor to check the installation and the chip, explain to "
     "understand a torch_pjrt error or traceback and get its fix, migrate to find CUDA-only "
     "code in a file or folder and rewrite it to device-generic code (apply=True writes), "
-    "onboard to run a training script's first steps on pjrt and get the list of fixes."
+    "onboard to run a training script's first steps on pjrt and get the list of fixes, "
+    "report to run a script and write an HTML page of what the device did (step times, "
+    "compilations, host syncs, fallbacks, memory, the costliest programs)."
 )
 
 
@@ -72,16 +75,26 @@ def build():
         first module whose output differs from the CPU's, recompilations with their
         cause, host syncs inside the loop, CPU fallbacks, CUDA-only code, and the fixes
         numbered. `ok` is true when nothing was found."""
-        import json
-        import subprocess
-        import sys
 
-        command = [sys.executable, "-m", "torch_pjrt.cli", "onboard", "--json"]
-        command += ["--steps", str(steps), script, *(args or [])]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=3600)
-        if done.returncode not in (0, 1):
-            return {"error": done.stderr.strip()[-4000:] or f"exit status {done.returncode}"}
-        return json.loads(done.stdout)
+        return _cli("onboard", "--steps", str(steps), script, *(args or []))
+
+    @server.tool(structured_output=True)
+    def report(
+        script: str, args: list[str] | None = None, out: str = "report.html",
+        steps: int | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
+        """Run a script on pjrt (in a separate process; `steps`: stop after that many
+        optimizer steps) and write a self-contained HTML page to `out` for a person to
+        open: step times with the compilations, host syncs by line, CPU fallbacks, bytes
+        moved, device memory, the ten costliest programs, what strict mode would stop
+        on. Returns the page's path and its figures: counters, programs, findings,
+        fixes (`error`: the script's traceback, when it raised)."""
+        extra = [] if steps is None else ["--steps", str(steps)]
+        result = _cli("report", "--out", out, *extra, script, *(args or []))
+        for bulky in ("steps", "memory"):  # (on the page; per step, long)
+            result.pop(bulky, None)
+        result.get("metrics", {}).pop("ops", None)
+        return result
 
     @server.tool(structured_output=True)
     def metrics() -> dict[str, Any]:
@@ -92,6 +105,20 @@ def build():
         return counters.as_dict()
 
     return server
+
+
+def _cli(command: str, *args: str) -> dict:
+    """``torch-pjrt COMMAND --json ARGS`` in a process of its own: its JSON, or the error
+    (exit status 0 and 1 both print the JSON)."""
+    import json
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "torch_pjrt.cli", command, "--json", *args]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
+    if done.returncode not in (0, 1):
+        return {"error": done.stderr.strip()[-4000:] or f"exit status {done.returncode}"}
+    return json.loads(done.stdout)
 
 
 def main() -> int:
