@@ -19,8 +19,7 @@ import pytest
 import torch
 
 from torch_pjrt import cli
-from torch_pjrt.diagnostics import metrics
-from torch_pjrt.diagnostics.report import report
+from torch_pjrt.diagnostics import metrics, report
 from torch_pjrt.runtime import events
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -271,7 +271,7 @@ def report_command(script, args, *, out, steps=None, as_json=False, platform=Non
         print(f"torch-pjrt report: --steps must be at least 1, got {steps}", file=sys.stderr)
         return 2
     try:
-        result = report.report(script, args, out=out, steps=steps, platform=platform)
+        result = report(script, args, out=out, steps=steps, platform=platform)
     except OSError as exc:  # (no such script, an --out that cannot be written)
         print(exc, file=sys.stderr)
         return 2

@@ -2384,6 +2384,18 @@ ENTRIES = (
     ),
     # --- report ---------------------------------------------------------------------
     Entry(
+        "diagnostics-no-such-attribute",
+        r"module 'torch_pjrt\.diagnostics' has no attribute",
+        meaning="The name asked of torch_pjrt.diagnostics is neither one of its modules "
+        "(metrics, strict, doctor, onboard, glossary, profiler, html_report, mcp_server) "
+        "nor report, the function that writes a run's HTML report.",
+        cause="A misspelled name, or a name of torch_pjrt's top level (metrics, strict, "
+        "profiler) asked of the subpackage before its module was imported.",
+        fix="Import the module by its name (`from torch_pjrt.diagnostics import onboard`) "
+        "or use the top-level names (torch_pjrt.metrics, torch_pjrt.strict).",
+        doc="docs/diagnostics.md",
+    ),
+    Entry(
         "report-steps",
         r"torch-pjrt report: steps must be a positive int",
         meaning="torch_pjrt.diagnostics.report() was given a number of optimizer steps to run "

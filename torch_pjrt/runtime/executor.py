@@ -102,7 +102,7 @@ def on_device(index: int) -> SingleDeviceSharding:
 
 
 # ``fn(program, key, jitted, args) -> outputs``: runs every program in place of the plain
-# call while set (the report's recorder, ``diagnostics/report.py``); see :func:`record_runs`
+# call while set (the report's recorder, ``diagnostics/html_report.py``); see :func:`record_runs`
 _recorder: Callable | None = None
 
 
