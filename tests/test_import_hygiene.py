@@ -60,6 +60,21 @@ DOCUMENTED_ATTRIBUTES = {
     "torch.distributed backend",
     ("torch", "pjrt"): "torch._register_device_module: the device module",
     **{
+        (owner, name): "DLPack for pjrt tensors (device/interop.py): their JAX array's, or "
+        "a capsule that comes back to pjrt; PyTorch's own for every other tensor "
+        "(tests/test_interop.py::test_dlpack)"
+        for owner, name in (
+            ("torch", "from_dlpack"),
+            ("torch", "to_dlpack"),
+            ("torch.utils.dlpack", "from_dlpack"),
+            ("torch.utils.dlpack", "to_dlpack"),
+            ("torch.Tensor", "__dlpack__"),
+            ("torch.Tensor", "__dlpack_device__"),
+            ("torch.nn.Parameter", "__dlpack__"),
+            ("torch.nn.Parameter", "__dlpack_device__"),
+        )
+    },
+    **{
         ("torch._C", f"_accelerator_{name}"): "torch.accelerator with pjrt as the current "
         "accelerator reaches C++ pieces a Python backend lacks; wrapped, PyTorch's own for "
         "any other accelerator (test_accelerator_wrappers_are_pytorchs_elsewhere)"
@@ -89,7 +104,9 @@ _CLASSES = (
     "torch.library.Library", "torch.optim.Optimizer", "torch.utils.data.DataLoader",
     "torch.distributed.Backend", "torch.distributed.ProcessGroup",
 )  # fmt: skip
-_MODULES = ("torch", "torch._C", "torch.accelerator", "torch.accelerator.memory")
+_MODULES = (
+    "torch", "torch._C", "torch.accelerator", "torch.accelerator.memory", "torch.utils.dlpack",
+)  # fmt: skip
 
 _CHILD = textwrap.dedent(
     """

@@ -29,6 +29,7 @@ import torch  # noqa: E402, F401
 from torch_pjrt import _registration  # noqa: E402
 from torch_pjrt._version import __version__ as __version__  # noqa: E402
 from torch_pjrt.config import config, settings  # noqa: E402
+from torch_pjrt.device.interop import from_jax, to_jax  # noqa: E402
 from torch_pjrt.diagnostics import metrics, profiler  # noqa: E402
 from torch_pjrt.diagnostics.strict import StrictModeError, strict  # noqa: E402
 from torch_pjrt.kernels import kernel  # noqa: E402
@@ -42,6 +43,7 @@ __all__ = [
     "StrictModeError",
     "config",
     "current_platform",
+    "from_jax",
     "get_mode",
     "init",
     "kernel",
@@ -52,6 +54,7 @@ __all__ = [
     "settings",
     "step",
     "strict",
+    "to_jax",
 ]
 
 

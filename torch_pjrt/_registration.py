@@ -37,7 +37,7 @@ def register() -> None:
         from torch_pjrt import distributed, ops
         from torch_pjrt.compile import inductor
         from torch_pjrt.compile.dynamo import skip_torch_pjrt
-        from torch_pjrt.device import accelerator, guard, serialization
+        from torch_pjrt.device import accelerator, guard, interop, serialization
         from torch_pjrt.kernels import attention, flex
 
         guard.install()  # the C++ device guard in place of the Python one, if it builds
@@ -47,6 +47,7 @@ def register() -> None:
         inductor.install()  # torch.compile's default backend: pjrt graphs to ours
         accelerator.install()  # torch.accelerator: what C++ hooks would have done
         serialization.register()
+        interop.install()  # DLPack: pjrt tensors to JAX and back (device/interop.py)
         skip_torch_pjrt()
         distributed.register()  # the torch.distributed "pjrt" backend
         _registered = True

@@ -8,9 +8,11 @@
 // device is per thread, as CUDA's is; the device count and the waits are Python's
 // answers (torch_pjrt.runtime), through the callbacks given to pjrt_guard_install.
 
+#include <c10/core/Allocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -160,16 +162,42 @@ struct Guard final : public c10::impl::DeviceGuardImplInterface {
 
 Guard guard;
 
+// The allocator PyTorch's own storage constructors ask (torch.UntypedStorage(n,
+// device="pjrt")): a fake address from a range of its own, the way torch_pjrt's tensors
+// get theirs (device/tensor.py), never dereferenced; the data is a JAX array that
+// torch_pjrt hangs on the storage when it is first used. Without one, PyTorch calls a
+// null allocator and the process dies.
+void no_delete(void*) {}
+
+struct Allocator final : public c10::Allocator {
+  std::atomic<std::uintptr_t> next{0x7D00000000000000ULL};
+  c10::DataPtr allocate(size_t n) override {
+    std::uintptr_t address = next.fetch_add((std::max<size_t>(n, 1) + 255) & ~size_t(255));
+    void* pointer = reinterpret_cast<void*>(address);
+    return {pointer, pointer, &no_delete, Device(DeviceType::PrivateUse1, current)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override {
+    return &no_delete;
+  }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    TORCH_CHECK(false, "pjrt storages hold no host bytes to copy: copy their tensors instead");
+  }
+};
+
+Allocator allocator;
+
 }  // namespace
 
 extern "C" {
 
-// Register the guard for PrivateUse1, replacing the Python one; returns 0.
+// Register the guard for PrivateUse1, replacing the Python one, and the allocator;
+// returns 0.
 int pjrt_guard_install(CountFn count, WaitFn wait) {
   py_count = count;
   py_wait = wait;
   c10::impl::device_guard_impl_registry[static_cast<size_t>(DeviceType::PrivateUse1)].store(
       &guard);
+  c10::SetAllocator(DeviceType::PrivateUse1, &allocator);
   return 0;
 }
 

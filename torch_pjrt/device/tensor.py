@@ -14,6 +14,7 @@ import functools
 import math
 import struct
 import threading
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -32,6 +33,7 @@ __all__ = [
     "Cell",
     "argument",
     "cell_of",
+    "export",
     "new_tensor",
     "read",
     "read_lazy",
@@ -147,12 +149,44 @@ def storage_cell(storage: torch.UntypedStorage) -> Cell | None:
 
 
 def cell_of(t: torch.Tensor) -> Cell:
+    storage = t.untyped_storage()
     try:
-        return getattr(t.untyped_storage(), _ATTR)
+        return getattr(storage, _ATTR)
     except AttributeError:
+        return _adopt(t, storage)
+
+
+# the fake addresses of the C++ allocator's storages (device/guard.cpp), below those of
+# the tensors made here (_next_address)
+_ALLOCATED = (0x7D00_0000_0000_0000, 0x7E00_0000_0000_0000)
+# the cells of storages handed out as DLPack capsules (device/interop.py), by their fake
+# address: a tensor PyTorch makes from such a capsule shares the cell
+_exported: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def export(t: torch.Tensor) -> None:
+    """``t``'s storage is handed out as a DLPack capsule: a tensor PyTorch makes from it
+    (at the same fake address) shares its cell."""
+    _exported[t.untyped_storage().data_ptr()] = cell_of(t)
+
+
+def _adopt(t: torch.Tensor, storage: torch.UntypedStorage) -> Cell:
+    """The cell of a storage PyTorch's own constructor made through the C++ allocator
+    (``torch.UntypedStorage(n, device="pjrt")``, ``tensor.set_(storage)``): made on
+    first use, unwritten (its elements read as zeros, as a fresh ``empty``'s), of the
+    dtype of the tensor that uses it first. A storage PyTorch made from a DLPack capsule
+    of a pjrt tensor (:func:`export`) shares that tensor's cell."""
+    cell = _exported.get(storage.data_ptr())
+    if cell is not None and t.device.type == "pjrt":
+        setattr(storage, _ATTR, cell)
+        return cell
+    if not _ALLOCATED[0] <= storage.data_ptr() < _ALLOCATED[1] or t.device.type != "pjrt":
         raise RuntimeError(
             f"tensor on {t.device} has no pjrt data (it was not made by torch_pjrt)"
-        ) from None
+        )
+    cell = Cell(storage.nbytes() // t.element_size(), t.dtype, t.device.index)
+    setattr(storage, _ATTR, cell)
+    return cell
 
 
 # --- making tensors ---------------------------------------------------------------

@@ -2382,6 +2382,67 @@ ENTRIES = (
         doc="docs/migrating.md#torch-pjrt-migrate",
         classes=("MigrateError",),
     ),
+    # --- JAX interop and DLPack ----------------------------------------------------------
+    Entry(
+        "interop-to-jax-not-pjrt",
+        r"to_jax\(\): expected a (?:torch\.Tensor|tensor on a pjrt device)",
+        meaning="torch_pjrt.to_jax() hands a pjrt tensor's JAX array over; it was given "
+        "something else (a CPU or CUDA tensor, or not a tensor).",
+        cause="Calling to_jax on a tensor that was never moved to pjrt, or on a list or "
+        "NumPy array.",
+        fix="Move the tensor first (t.to('pjrt'), a copy), or build the JAX array directly "
+        "(jnp.asarray(t.numpy()) for a CPU tensor).",
+        doc="docs/device_api.md#jax-and-dlpack",
+    ),
+    Entry(
+        "interop-requires-grad",
+        r"(?:to_jax\(\): can't hand a tensor that requires grad"
+        r"|Can't export tensors that require gradient)",
+        meaning="A tensor that is part of an autograd graph was handed to JAX (to_jax or "
+        "DLPack); JAX would see its values but not its graph, so gradients would stop "
+        "there without a word.",
+        cause="Passing a parameter, or an activation computed from one, to to_jax or "
+        "jnp.from_dlpack.",
+        fix="Hand over tensor.detach() when no gradient should flow; to call JAX code inside "
+        "a model with gradients, wrap it in a torch.autograd.Function whose backward "
+        "uses jax.vjp, or make it an op with torch_pjrt.kernel.",
+        doc="docs/device_api.md#jax-and-dlpack",
+    ),
+    Entry(
+        "interop-from-jax-bad-array",
+        r"from_jax\(\): (?:expected a jax\.Array|got a JAX tracer|JAX dtype .* has no "
+        r"PyTorch dtype|the array has been deleted)",
+        meaning="torch_pjrt.from_jax() wraps a concrete, live JAX array as a pjrt tensor; the "
+        "argument was not one (a NumPy array, a tracer inside jax.jit, a deleted or "
+        "donated array, or a dtype PyTorch has no twin of).",
+        cause="Calling from_jax inside a jitted function, after donating the array to "
+        "another jit, or on NumPy data.",
+        fix="Call it outside JAX transformations on a live array (jnp.asarray(...) for "
+        "NumPy data); keep an array you hand over out of donate_argnums; cast exotic "
+        "dtypes first (array.astype(jnp.float32)).",
+        doc="docs/device_api.md#jax-and-dlpack",
+    ),
+    Entry(
+        "interop-from-jax-wrong-device",
+        r"from_jax\(\): the array is on .* which is not a pjrt device",
+        meaning="The JAX array lives on a device torch_pjrt does not run on (another "
+        "platform's device, e.g. a CPU array while pjrt runs on a GPU).",
+        cause="JAX arrays made with jax.devices('cpu') or before choosing the platform, "
+        "when pjrt uses an accelerator.",
+        fix="jax.device_put(array, torch_pjrt.runtime.devices()[i]) first (a copy), or make "
+        "the array on that device to begin with.",
+        doc="docs/device_api.md#jax-and-dlpack",
+    ),
+    Entry(
+        "interop-dlpack-offset-view",
+        r"to_dlpack\(\): a pjrt view that starts inside its storage",
+        meaning="PyTorch's DLPack round trip shares a pjrt tensor's whole storage; a view "
+        "that starts at a storage offset cannot be shared that way.",
+        cause="Exporting a slice such as t[1:] or t[:, 2] with torch.utils.dlpack.to_dlpack.",
+        fix="Export the whole tensor and slice on the other side, or .clone() the view "
+        "(a copy) and export that.",
+        doc="docs/device_api.md#jax-and-dlpack",
+    ),
     # --- report ---------------------------------------------------------------------
     Entry(
         "diagnostics-no-such-attribute",
