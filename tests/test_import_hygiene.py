@@ -45,9 +45,9 @@ DOCUMENTED_ATTRIBUTES = {
             "torch.nn.Parameter": ("pjrt", "is_pjrt"),  # a Tensor
             "torch.nn.Module": ("pjrt",),
             "torch.nn.utils.rnn.PackedSequence": ("pjrt", "is_pjrt"),
-            "torch.storage._StorageBase": ("pjrt",),
-            "torch.UntypedStorage": ("pjrt",),
-            "torch.TypedStorage": ("pjrt",),
+            "torch.storage._StorageBase": ("pjrt", "is_pjrt"),
+            "torch.UntypedStorage": ("pjrt", "is_pjrt"),
+            "torch.TypedStorage": ("pjrt", "is_pjrt"),
         }.items()
         for name in names
     },

@@ -25,7 +25,7 @@ import functools
 import torch
 
 from torch_pjrt import runtime
-from torch_pjrt.device import memory
+from torch_pjrt.device import guard, memory
 
 __all__ = ["install"]
 
@@ -49,14 +49,17 @@ def _set_device_index(device_index: int) -> None:
 
 def _get_stream(device_index: int) -> torch.Stream:
     runtime.device(device_index)  # raises on an invalid index
-    # one in-order queue per device (docs/device_api.md, streams), id 0 as PyTorch's
-    return torch.Stream(stream_id=0, device_index=device_index, device_type=_PRIVATEUSE1)
+    # one in-order queue per device (docs/device_api.md, streams): the stream object is
+    # the one set last in this thread (torch.Stream's context does), else the default
+    stream_id = guard.current_stream_id(device_index)
+    return torch.Stream(stream_id=stream_id, device_index=device_index, device_type=_PRIVATEUSE1)
 
 
 def _set_stream(stream) -> None:
     if not isinstance(stream, torch.Stream) or stream.device.type != "pjrt":
         return _ORIGINALS["_accelerator_setStream"](stream)  # PyTorch's error
     torch.pjrt.set_device(stream.device_index)  # as PyTorch: the stream's device
+    guard.set_current_stream_id(stream.device_index, stream.stream_id)
     return None
 
 

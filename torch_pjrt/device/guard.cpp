@@ -38,6 +38,12 @@ WaitFn py_wait = nullptr;
 thread_local std::string failure;
 
 thread_local DeviceIndex current = 0;
+thread_local std::unordered_map<DeviceIndex, c10::StreamId> current_streams;
+
+c10::StreamId current_stream(DeviceIndex index) {
+  auto found = current_streams.find(index);
+  return found == current_streams.end() ? 0 : found->second;
+}
 
 struct EventState {
   DeviceIndex device = -1;
@@ -46,6 +52,7 @@ struct EventState {
 std::mutex events_lock;
 std::unordered_map<std::uintptr_t, EventState> events;
 std::atomic<std::uintptr_t> next_event{1};
+std::atomic<c10::StreamId> next_stream{1};
 
 void wait_for(DeviceIndex index) {
   TORCH_CHECK(py_wait != nullptr, "pjrt: the device guard is not installed");
@@ -86,20 +93,29 @@ struct Guard final : public c10::impl::DeviceGuardImplInterface {
     return static_cast<DeviceIndex>(count < 0 ? 0 : count);
   }
 
-  // One in-order queue a device (docs/device_api.md): every stream is stream 0.
+  // One in-order queue a device (docs/device_api.md): every stream is that queue. New
+  // streams get ids of their own (torch.Stream(device="pjrt") objects are told apart, as
+  // CUDA's are), and each thread has a current stream per device, as on CUDA (the
+  // default stream, id 0, until one is set).
   Stream getStream(Device d) const override {
+    Device r = resolved(d);
+    return Stream(Stream::UNSAFE, r, current_stream(r.index()));
+  }
+  Stream getDefaultStream(Device d) const override {
     return Stream(Stream::DEFAULT, resolved(d));
   }
   Stream getNewStream(Device d, int priority) const override {
-    return Stream(Stream::DEFAULT, resolved(d));
+    return Stream(Stream::UNSAFE, resolved(d), next_stream.fetch_add(1));
   }
   Stream getStreamFromGlobalPool(Device d, bool high_priority) const override {
-    return Stream(Stream::DEFAULT, resolved(d));
+    return Stream(Stream::UNSAFE, resolved(d), next_stream.fetch_add(1));
   }
   // As CUDA's: the stream's device's current stream changes, not the current device
   // (a StreamGuard changes that through exchangeDevice).
   Stream exchangeStream(Stream s) const override {
-    return Stream(Stream::DEFAULT, s.device());
+    Stream old(Stream::UNSAFE, s.device(), current_stream(s.device_index()));
+    current_streams[s.device_index()] = s.id();
+    return old;
   }
   bool queryStream(const Stream& stream) const override {
     return true;  // as torch.pjrt.Stream.query: work in the queue runs in order
@@ -212,6 +228,15 @@ int pjrt_guard_current_device() {
 
 void pjrt_guard_set_current_device(int index) {
   current = static_cast<DeviceIndex>(index);
+}
+
+// This thread's current stream of pjrt:index (torch.accelerator's get and set).
+int64_t pjrt_guard_current_stream(int index) {
+  return current_stream(static_cast<DeviceIndex>(index));
+}
+
+void pjrt_guard_set_current_stream(int index, int64_t id) {
+  current_streams[static_cast<DeviceIndex>(index)] = id;
 }
 
 }  // extern "C"

@@ -55,6 +55,28 @@ def set_current_device(index: int) -> None:
         _State.python_current = index
 
 
+# this thread's current stream id per device without the C++ guard
+_python_streams = threading.local()
+
+
+def current_stream_id(index: int) -> int:
+    """This thread's current stream of ``pjrt:index`` (0, the default, until one is set)."""
+    library = _State.library
+    if library is not None:
+        return library.pjrt_guard_current_stream(index)
+    return getattr(_python_streams, "ids", {}).get(index, 0)
+
+
+def set_current_stream_id(index: int, stream_id: int) -> None:
+    library = _State.library
+    if library is not None:
+        library.pjrt_guard_set_current_stream(index, stream_id)
+    else:
+        if not hasattr(_python_streams, "ids"):
+            _python_streams.ids = {}
+        _python_streams.ids[index] = stream_id
+
+
 def native() -> tuple[bool, str]:
     """(whether the C++ guard is installed, and if not, why)."""
     return _State.library is not None, _State.reason
@@ -154,6 +176,9 @@ def install() -> None:
         library.pjrt_guard_current_device.restype = ctypes.c_int
         library.pjrt_guard_current_device.argtypes = []
         library.pjrt_guard_set_current_device.argtypes = [ctypes.c_int]
+        library.pjrt_guard_current_stream.restype = ctypes.c_int64
+        library.pjrt_guard_current_stream.argtypes = [ctypes.c_int]
+        library.pjrt_guard_set_current_stream.argtypes = [ctypes.c_int, ctypes.c_int64]
         library.pjrt_guard_fail.argtypes = [ctypes.c_char_p]
         library.pjrt_guard_install(count, wait)
         library.pjrt_guard_set_current_device(_State.python_current)

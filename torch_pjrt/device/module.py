@@ -38,6 +38,12 @@ class DeviceModule:
         runtime.init()
 
     @staticmethod
+    def init() -> None:
+        """Start the PJRT platform now (as ``torch.cuda.init``; the first pjrt use does
+        it otherwise)."""
+        runtime.init()
+
+    @staticmethod
     def get_amp_supported_dtype() -> list[torch.dtype]:
         """The dtypes ``torch.autocast(device_type="pjrt", dtype=...)`` accepts."""
         return [torch.float16, torch.bfloat16]
@@ -133,6 +139,28 @@ class DeviceModule:
     def set_rng_state_all(new_states) -> None:
         for i, state in enumerate(new_states):
             pjrt_random.set_rng_state(state, i)
+
+    @staticmethod
+    def get_offset(device="pjrt") -> int:
+        """How many random ops the device's generator has run since it was seeded (the
+        offset of ``get_rng_state``; ``torch.cuda._get_rng_state_offset``'s meaning)."""
+        return pjrt_random.offset(_index(device))
+
+    @staticmethod
+    def set_offset(offset: int, device="pjrt") -> None:
+        """Set the device generator's offset (the seed stays): the next random op draws
+        what it would have drawn as the ``offset``-th op after seeding."""
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise ValueError(f"set_offset(): offset must be a non-negative int, got {offset!r}")
+        pjrt_random.set_offset(_index(device), offset)
+
+    @staticmethod
+    def _get_rng_state_offset(device="pjrt") -> int:
+        return DeviceModule.get_offset(device)
+
+    @staticmethod
+    def _set_rng_state_offset(offset: int, device="pjrt") -> None:
+        DeviceModule.set_offset(offset, device)
 
     @staticmethod
     def is_bf16_supported(including_emulation: bool = True) -> bool:

@@ -61,6 +61,11 @@ def _storage_to_pjrt(self, device=None, non_blocking=False):
     return moved
 
 
+def _is_pjrt(self) -> bool:
+    """``storage.is_pjrt``: whether the storage is on a pjrt device."""
+    return self.device.type == "pjrt"
+
+
 def _clone_storage(storage):
     """A new pjrt storage with the same bytes (JAX arrays are immutable: it shares the
     array until either storage is written, so neither owns it: tensor.Cell)."""
@@ -89,10 +94,56 @@ def _tag(obj):
     return None
 
 
+# --- torch.multiprocessing ----------------------------------------------------------
+
+_NOT_SHARED = (
+    "torch_pjrt: a pjrt tensor cannot be sent to another process through "
+    "torch.multiprocessing: PJRT has no inter-process memory handles, so the receiver could "
+    "not see the sender's writes as a CUDA tensor's receiver does. Send tensor.cpu() (or "
+    "the data to make it) and move it with .to('pjrt') in the receiving process"
+)
+
+
+def _refuse(message: str):
+    """Run where a pickled pjrt tensor is unpickled: the receiver's error."""
+    raise RuntimeError(message)
+
+
+def _guarded(reduce):
+    def guarded(obj):
+        if obj.device.type == "pjrt":
+            # NOTE: a multiprocessing.Queue pickles in a feeder thread, where an error
+            # would be printed and the item dropped (its receiver would wait forever): the
+            # item goes through and raises when the receiver unpickles it
+            return _refuse, (_NOT_SHARED,)
+        return reduce(obj)
+
+    guarded.__name__ = guarded.__qualname__ = reduce.__name__
+    return guarded
+
+
+def _guard_sharing() -> None:
+    """PyTorch's multiprocessing reducers of tensors and storages, for pjrt ones."""
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch.multiprocessing  # noqa: F401  (registers PyTorch's reducers)
+
+    for cls, reduce in list(ForkingPickler._extra_reducers.items()):
+        if getattr(reduce, "__module__", "") == "torch.multiprocessing.reductions" and (
+            issubclass(cls, torch.Tensor) or cls in torch._storage_classes
+            or cls is torch.storage.TypedStorage
+        ):  # fmt: skip
+            ForkingPickler.register(cls, _guarded(reduce))
+
+
 def register() -> None:
+    _guard_sharing()
     torch.serialization.register_package(19, _tag, _restore)
     torch.storage._StorageBase.pjrt = _storage_to_pjrt
     torch.storage.TypedStorage.pjrt = _storage_to_pjrt
+    # (PyTorch generates these with the methods above, which it cannot generate for us)
+    torch.storage._StorageBase.is_pjrt = property(_is_pjrt)
+    torch.storage.TypedStorage.is_pjrt = property(_is_pjrt)
     # NOTE: PyTorch's clone makes UntypedStorage(n, device=...), which a Python backend
     # cannot allocate (no C++ allocator); copy.deepcopy of a module on pjrt needs it
     torch.storage._StorageBase.clone = _clone

@@ -181,9 +181,7 @@ def _adopt(t: torch.Tensor, storage: torch.UntypedStorage) -> Cell:
         setattr(storage, _ATTR, cell)
         return cell
     if not _ALLOCATED[0] <= storage.data_ptr() < _ALLOCATED[1] or t.device.type != "pjrt":
-        raise RuntimeError(
-            f"tensor on {t.device} has no pjrt data (it was not made by torch_pjrt)"
-        )
+        raise RuntimeError(f"tensor on {t.device} has no pjrt data (it was not made by torch_pjrt)")
     cell = Cell(storage.nbytes() // t.element_size(), t.dtype, t.device.index)
     setattr(storage, _ATTR, cell)
     return cell

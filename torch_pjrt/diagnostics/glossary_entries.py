@@ -2443,6 +2443,28 @@ ENTRIES = (
         "(a copy) and export that.",
         doc="docs/device_api.md#jax-and-dlpack",
     ),
+    Entry(
+        "rng-set-offset",
+        r"set_offset\(\): offset must be a non-negative int",
+        meaning="torch.pjrt.set_offset() positions a device's random generator at its n-th "
+        "random op after seeding; n must be 0 or more.",
+        cause="A negative number, a float or a tensor passed as the offset.",
+        fix="Pass a non-negative Python int, such as a value torch.pjrt.get_offset() "
+        "returned earlier.",
+        doc="docs/device_api.md#random-numbers",
+    ),
+    Entry(
+        "quantized-tensors",
+        r"quantized tensors \(qint8, quint8, qint32, \.\.\.\) are not supported on pjrt",
+        meaning="PyTorch's quantized tensors (torch.quantize_per_tensor and friends, qint8 "
+        "and quint8 dtypes) have no pjrt representation; the op named would have made or "
+        "read one on pjrt.",
+        cause="Quantizing a pjrt tensor, moving a quantized CPU tensor to pjrt, or a "
+        "torch.ao quantized model on pjrt.",
+        fix="Quantize on the CPU (and run the quantized model there), or keep pjrt tensors "
+        "in a floating dtype: bfloat16, or float8 where the chip has it.",
+        doc="docs/device_api.md#pytorchs-backend-contract",
+    ),
     # --- report ---------------------------------------------------------------------
     Entry(
         "diagnostics-no-such-attribute",

@@ -61,6 +61,16 @@ def _impl(lib, op, fn) -> None:
     )
 
 
+def _no_quantized(op, *args, **kwargs):
+    """The boxed fallback of the ``QuantizedPrivateUse1`` key: every op that would make or
+    take a quantized pjrt tensor."""
+    raise NotImplementedError(
+        f"torch_pjrt: quantized tensors (qint8, quint8, qint32, ...) are not supported on "
+        f"pjrt ({op.name()} was asked to make or read one); quantize on the CPU, or keep "
+        "the tensors in a floating dtype (bfloat16, float8 on chips that have it)"
+    )
+
+
 def install() -> None:
     """Register every kernel on the PrivateUse1 key (once per process)."""
     global _lib, _fallback_lib
@@ -98,5 +108,6 @@ def install() -> None:
     memory.register_storage_resize()
     fallback = torch.library.Library("_", "IMPL")
     fallback.fallback(pjrt_fallback.boxed, "PrivateUse1")
+    fallback.fallback(_no_quantized, "QuantizedPrivateUse1")
     autocast.install(lib, fallback)
     _lib, _fallback_lib = lib, fallback
