@@ -288,13 +288,6 @@ XFAIL_HF_INTEGRATION: dict[str, str] = {}
 # tests/test_backend_contract.py: points of PyTorch's PrivateUse1 contract that do not
 # hold yet, by the test that checks each (its CONTRACT table)
 XFAIL_BACKEND_CONTRACT: dict[str, str] = {
-    "test_generator": (
-        "cannot from Python: torch.Generator(device=...) calls the C++ "
-        "PrivateUse1HooksInterface::getNewGenerator, and the hooks a Python backend registers "
-        "(torch._C._acc.PrivateUse1Hooks) expose only is_available, has_primary_context and "
-        "is_built; needs a C++ hooks object in the extension, and random lowerings that read "
-        "a generator's seed and offset"
-    ),
     "test_sdpa_overrideable": (
         "not done: torch._fused_sdp_choice picks FLASH for pjrt tensors; a PrivateUse1 "
         "kernel for it returning OVERRIDEABLE, and lowerings of "

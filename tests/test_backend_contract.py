@@ -49,7 +49,7 @@ CONTRACT = {
     ),
     "torch.Generator(device='pjrt') for random ops": "test_generator",
     "RNG: seeds, states, offsets": "test_rng_state_and_offsets",
-    "init_process_group('pjrt') under torch.multiprocessing.spawn, file:// init": (
+    "init_process_group('pjrt') under torch.multiprocessing.spawn, file:// or tcp://": (
         "test_distributed::test_spawn_with_a_file_init_method"
     ),
     "profiler: pjrt's events, non-negative times": "test_profiler_times",

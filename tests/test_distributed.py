@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from tests import expectations
+from tests.scripts import free_port
 from torch_pjrt.runtime.launch import local_cpu_env, local_torchrun_command
 
 SCRIPTS = Path(__file__).parent / "distributed_scripts"
@@ -78,11 +79,13 @@ def test_collectives_four_processes():
     _torchrun(4, "pjrt")
 
 
-def test_spawn_with_a_file_init_method(tmp_path):
-    """torch.multiprocessing.spawn and init_method='file://...', no launcher environment:
-    the pjrt process group starts JAX's distributed runtime through its own store
-    (collectives and two DDP steps checked against values every rank computes)."""
-    cmd = [sys.executable, str(SCRIPTS / "spawn_worker.py"), "2", str(tmp_path / "init")]
+@pytest.mark.parametrize("method", ["file", "tcp"])
+def test_spawn_with_a_file_init_method(tmp_path, method):
+    """torch.multiprocessing.spawn and init_method='file://...' or 'tcp://...', no launcher
+    environment: the pjrt process group starts JAX's distributed runtime through its own
+    store (collectives and two DDP steps checked against values every rank computes)."""
+    init = str(tmp_path / "init") if method == "file" else f"tcp://127.0.0.1:{free_port()}"
+    cmd = [sys.executable, str(SCRIPTS / "spawn_worker.py"), "2", init]
     done = subprocess.run(cmd, env=local_cpu_env(), capture_output=True, text=True, timeout=300)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-6000:]

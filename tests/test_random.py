@@ -365,6 +365,34 @@ def test_a_cpu_generator_is_refused_as_cuda_refuses_it(name):
         GENERATOR_DRAWS[name](torch.Generator().manual_seed(0))
 
 
+@pytest.mark.parametrize("name", sorted(GENERATOR_DRAWS))
+def test_a_pjrt_generator_is_its_own_stream(name):
+    """``torch.Generator(device="pjrt")``: reseeding it replays its draws, and its draws
+    advance its offset, not the device's."""
+    draw = GENERATOR_DRAWS[name]
+    generator = torch.Generator(device=DEV)
+    assert generator.device == torch.device(DEV, 0)
+    generator.manual_seed(11)
+    torch.pjrt.manual_seed(5)
+    first = draw(generator).cpu()
+    assert generator.get_offset() >= 1 and torch.pjrt.get_offset() == 0
+    generator.manual_seed(11)
+    assert torch.equal(draw(generator).cpu(), first)
+    state = generator.get_state()
+    second = draw(generator).cpu()
+    generator.set_state(state)
+    assert torch.equal(draw(generator).cpu(), second)
+
+
+def test_a_generator_in_a_capture_is_refused():
+    generator = torch.Generator(device=DEV)
+    static = torch.zeros(4, device=DEV)
+    graph = torch.pjrt.Graph()
+    with pytest.raises(RuntimeError, match="cannot be captured in a torch.pjrt graph"):
+        with torch.pjrt.graph(graph):
+            static.copy_(torch.rand(4, device=DEV, generator=generator))
+
+
 @pytest.mark.parametrize(
     ("call", "message"),
     [

@@ -1,10 +1,10 @@
-"""``torch.multiprocessing.spawn`` with a ``file://`` init_method: no launcher environment,
-so the pjrt process group names JAX's coordinator through its own store. Each rank
+"""``torch.multiprocessing.spawn`` with a ``file://`` or ``tcp://`` init_method: no launcher
+environment, so the pjrt process group names JAX's coordinator through its own store. Each rank
 all-reduces, broadcasts and all-gathers pjrt tensors and checks them against the values
 every rank can compute; then trains two DDP steps on pjrt and compares the parameters
 with one process training on the whole batch on the CPU.
 
-Usage: python spawn_worker.py WORLD_SIZE INIT_FILE
+Usage: python spawn_worker.py WORLD_SIZE INIT (a file's path, or a tcp://host:port URL)
 """
 
 from __future__ import annotations
@@ -39,8 +39,9 @@ def _ddp_matches_cpu(rank: int, world: int) -> float:
     )
 
 
-def worker(rank: int, world: int, init_file: str) -> None:
-    dist.init_process_group("pjrt", init_method=f"file://{init_file}", rank=rank, world_size=world)
+def worker(rank: int, world: int, init: str) -> None:
+    method = init if init.startswith("tcp://") else f"file://{init}"
+    dist.init_process_group("pjrt", init_method=method, rank=rank, world_size=world)
     total = torch.full((3,), float(rank + 1), device="pjrt")
     dist.all_reduce(total)
     assert total.cpu().tolist() == [world * (world + 1) / 2] * 3, total
@@ -57,5 +58,5 @@ def worker(rank: int, world: int, init_file: str) -> None:
 
 
 if __name__ == "__main__":
-    world, init_file = int(sys.argv[1]), sys.argv[2]
-    mp.spawn(worker, args=(world, init_file), nprocs=world)
+    world, init = int(sys.argv[1]), sys.argv[2]
+    mp.spawn(worker, args=(world, init), nprocs=world)

@@ -30,6 +30,7 @@ from torch_pjrt.device.tensor import argument, read_on_device
 from torch_pjrt.runtime import executor
 
 __all__ = [
+    "require_pjrt",
     "array_of",
     "arrays_of",
     "device_of",
@@ -38,6 +39,17 @@ __all__ = [
     "same_device_error",
     "static",
 ]
+
+
+def require_pjrt(t, fn: str, hint: str) -> None:
+    """Raise PyTorch-style errors unless ``t`` is a tensor on a pjrt device: ``fn`` names
+    the function that needs it, ``hint`` says how to get one."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{fn}: expected a torch.Tensor, but got {type(t).__name__}")
+    if t.device.type != "pjrt":
+        raise RuntimeError(
+            f"{fn}: expected a tensor on a pjrt device, but got one on {t.device}; {hint}"
+        )
 
 
 def same_device_error(a, b) -> RuntimeError:

@@ -8,7 +8,12 @@
 // device is per thread, as CUDA's is; the device count and the waits are Python's
 // answers (torch_pjrt.runtime), through the callbacks given to pjrt_guard_install.
 
+#include <ATen/core/Generator.h>
+#include <ATen/core/GeneratorForPrivateuseone.h>
 #include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/GeneratorImpl.h>
+#include <c10/core/TensorImpl.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 
@@ -16,6 +21,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
+#include <random>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -202,18 +209,95 @@ struct Allocator final : public c10::Allocator {
 
 Allocator allocator;
 
+// torch.Generator(device="pjrt"): a seed and an offset, as a device's own RNG state
+// (device/random.py): a random op given the generator draws with the key of (seed,
+// offset) and moves the offset on (ops/registry.py). The state is torch.pjrt's layout:
+// 16 bytes, the seed then the offset, little-endian.
+struct Generator final : public c10::GeneratorImpl {
+  explicit Generator(DeviceIndex index)
+      : c10::GeneratorImpl(Device(DeviceType::PrivateUse1, index),
+                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)) {}
+  void set_current_seed(uint64_t seed) override {
+    seed_ = seed;
+    offset_ = 0;
+  }
+  uint64_t current_seed() const override {
+    return seed_;
+  }
+  uint64_t seed() override {
+    std::random_device source;
+    set_current_seed((static_cast<uint64_t>(source()) << 32 | source()) >> 1);
+    return seed_;
+  }
+  void set_offset(uint64_t offset) override {
+    offset_ = offset;
+  }
+  uint64_t get_offset() const override {
+    return offset_;
+  }
+  void set_state(const c10::TensorImpl& state) override {
+    TORCH_CHECK(state.numel() == 16 && state.dtype().itemsize() == 1 &&
+                    state.device().is_cpu(),
+                "a pjrt generator's state is a CPU uint8 tensor of 16 bytes (its seed and "
+                "offset), as get_state() gives; got ", state.numel(), " elements");
+    const char* bytes = static_cast<const char*>(state.data());
+    std::memcpy(&seed_, bytes, 8);
+    std::memcpy(&offset_, bytes + 8, 8);
+  }
+  c10::intrusive_ptr<c10::TensorImpl> get_state() const override {
+    c10::Storage storage(c10::Storage::use_byte_size_t(), 16, c10::GetCPUAllocator(), false);
+    auto state = c10::make_intrusive<c10::TensorImpl>(
+        std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CPU),
+        caffe2::TypeMeta::Make<uint8_t>());
+    state->set_sizes_contiguous({16});
+    char* bytes = static_cast<char*>(state->mutable_data());
+    std::memcpy(bytes, &seed_, 8);
+    std::memcpy(bytes + 8, &offset_, 8);
+    return state;
+  }
+  static DeviceType device_type() {
+    return DeviceType::PrivateUse1;
+  }
+
+ private:
+  Generator* clone_impl() const override {
+    auto copy = new Generator(device().index());
+    copy->seed_ = seed_;
+    copy->offset_ = offset_;
+    return copy;
+  }
+  uint64_t seed_ = 67280421310721ULL;  // PyTorch's default seed
+  uint64_t offset_ = 0;
+};
+
+struct Quiet final : public c10::WarningHandler {
+  void process(const c10::Warning&) override {}
+};
+
+at::Generator new_generator(DeviceIndex index) {
+  return at::make_generator<Generator>(index < 0 ? current : index);
+}
+
 }  // namespace
 
 extern "C" {
 
-// Register the guard for PrivateUse1, replacing the Python one, and the allocator;
-// returns 0.
+// Register the guard for PrivateUse1, replacing the Python one, the allocator and the
+// generator; returns 0.
 int pjrt_guard_install(CountFn count, WaitFn wait) {
   py_count = count;
   py_wait = wait;
   c10::impl::device_guard_impl_registry[static_cast<size_t>(DeviceType::PrivateUse1)].store(
       &guard);
   c10::SetAllocator(DeviceType::PrivateUse1, &allocator);
+  if (!at::GetGeneratorPrivate().has_value()) {
+    // NOTE: PyTorch calls this registration deprecated in favour of a C++ hooks object's
+    // getNewGenerator; a Python backend's hooks object is Python's (PyTorch's own setup
+    // registers it), so this is the one way in: its warning is kept off stderr
+    Quiet quiet;
+    c10::WarningUtils::WarningHandlerGuard hold(&quiet);
+    at::_GeneratorRegister register_generator(&new_generator);
+  }
   return 0;
 }
 

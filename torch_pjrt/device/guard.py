@@ -7,7 +7,8 @@ and no events: the autograd engine then keeps no queue for ``pjrt:1`` (a backwar
 there fails an internal assert), and ``torch.Event`` cannot synchronize or time.
 
 ``install()`` builds ``guard.cpp`` with the C++ compiler (``$CXX``, else ``c++``) against
-PyTorch's headers and libc10 (about 2 s, once per source and torch version; the library
+PyTorch's headers, libc10 and libtorch_cpu (a few seconds, once per source and torch
+version; the library
 is kept beside this file, or in ``~/.cache/torch_pjrt`` where that is read-only), loads it
 with ctypes and registers it for PrivateUse1. Where there is no compiler the Python guard
 stays, with its limits, and :func:`native` says why (``torch_pjrt.diagnostics`` reports it).
@@ -25,6 +26,7 @@ import os
 import subprocess
 import tempfile
 import threading
+import warnings
 from pathlib import Path
 
 import torch
@@ -105,7 +107,7 @@ def _build(target: Path) -> None:
         os.environ.get("CXX", "c++"), "-O2", "-std=c++17", "-shared", "-fPIC",
         f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
         f"-I{root / 'include'}", str(_SOURCE), "-o", temporary,
-        f"-L{root / 'lib'}", "-lc10", f"-Wl,-rpath,{root / 'lib'}",
+        f"-L{root / 'lib'}", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{root / 'lib'}",
     ]  # fmt: skip
     try:
         try:
@@ -181,6 +183,13 @@ def install() -> None:
         library.pjrt_guard_set_current_stream.argtypes = [ctypes.c_int, ctypes.c_int64]
         library.pjrt_guard_fail.argtypes = [ctypes.c_char_p]
         library.pjrt_guard_install(count, wait)
+        # NOTE: torch.Generator(device="pjrt") reaches the extension's generator through
+        # a PyTorch path it calls deprecated (a Python backend cannot take the new one:
+        # guard.cpp says why); the warning is about PyTorch's internals, not the caller's
+        warnings.filterwarnings(
+            "ignore", message=r"GetGeneratorForPrivateuse1\(\) is deprecated",
+            category=DeprecationWarning,
+        )  # fmt: skip
         library.pjrt_guard_set_current_device(_State.python_current)
         _State.callbacks = (count, wait)
         _State.library = library

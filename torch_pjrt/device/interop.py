@@ -27,6 +27,7 @@ import jax
 import torch
 
 from torch_pjrt import runtime
+from torch_pjrt.device import binding
 from torch_pjrt.device import tensor as tensors
 from torch_pjrt.runtime import executor
 from torch_pjrt.runtime.transfer import JAX_TO_TORCH
@@ -45,13 +46,7 @@ def to_jax(tensor: torch.Tensor) -> jax.Array:
         >>> t = torch.arange(4.0, device="pjrt")
         >>> jnp.sin(torch_pjrt.to_jax(t))
     """
-    if not isinstance(tensor, torch.Tensor):
-        raise TypeError(f"to_jax(): expected a torch.Tensor, but got {type(tensor).__name__}")
-    if tensor.device.type != "pjrt":
-        raise RuntimeError(
-            f"to_jax(): expected a tensor on a pjrt device, but got one on {tensor.device}; "
-            "move it with tensor.to('pjrt') first (a copy)"
-        )
+    binding.require_pjrt(tensor, "to_jax()", "move it with tensor.to('pjrt') first (a copy)")
     if tensor.requires_grad:
         raise RuntimeError(
             "to_jax(): can't hand a tensor that requires grad to JAX (its autograd graph "

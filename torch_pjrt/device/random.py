@@ -50,13 +50,25 @@ def initial_seed(index: int) -> int:
     return _seeds.get(index, _default_seed[0])
 
 
+def _signed(seed: int) -> int:
+    """jax.random.key takes a signed 64-bit seed."""
+    return seed - (1 << 64) if seed >= 1 << 63 else seed
+
+
 def next_key_parts(index: int) -> tuple[int, int]:
     """The (seed, offset) of the next random op on a device, advancing the offset."""
     offset = _offsets.get(index, 0)
     _offsets[index] = offset + 1
-    seed = initial_seed(index)
-    # jax.random.key takes a signed 64-bit seed
-    return (seed - (1 << 64) if seed >= 1 << 63 else seed), offset
+    return _signed(initial_seed(index)), offset
+
+
+def generator_key_parts(generator: torch.Generator) -> tuple[int, int]:
+    """The (seed, offset) of the next random op drawing from a pjrt ``torch.Generator``
+    (``generator=``; the C++ extension makes them: device/guard.cpp), advancing its
+    offset: the generator's own stream, apart from the device's."""
+    offset = generator.get_offset()
+    generator.set_offset(offset + 1)
+    return _signed(generator.initial_seed()), offset
 
 
 def offset(index: int) -> int:

@@ -1607,7 +1607,7 @@ ENTRIES = (
     ),
     Entry(
         "distributed-spmd-not-a-tensor",
-        r"\w+: expected a Tensor, got \w+",
+        r"(?:mark_sharding|sharding_of|distribute_tensor): expected a torch\.Tensor, but got",
         meaning="An SPMD function (mark_sharding, sharding_of, distribute_tensor) was "
         "called with something that is not a torch.Tensor.",
         cause="Passing a module, a numpy array, a list or None where a tensor is expected, "
@@ -1618,7 +1618,7 @@ ENTRIES = (
     ),
     Entry(
         "distributed-spmd-not-on-pjrt",
-        r"expected a tensor on a pjrt device, got one on",
+        r"(?:mark_sharding|sharding_of): expected a tensor on a pjrt device, but got one on",
         meaning="mark_sharding and sharding_of work on pjrt tensors only, and the tensor "
         "given is on another device.",
         cause="Calling mark_sharding on a CPU tensor, e.g. a model's parameter before "
@@ -2384,14 +2384,15 @@ ENTRIES = (
     ),
     # --- JAX interop and DLPack ----------------------------------------------------------
     Entry(
-        "interop-to-jax-not-pjrt",
-        r"to_jax\(\): expected a (?:torch\.Tensor|tensor on a pjrt device)",
-        meaning="torch_pjrt.to_jax() hands a pjrt tensor's JAX array over; it was given "
-        "something else (a CPU or CUDA tensor, or not a tensor).",
-        cause="Calling to_jax on a tensor that was never moved to pjrt, or on a list or "
-        "NumPy array.",
-        fix="Move the tensor first (t.to('pjrt'), a copy), or build the JAX array directly "
-        "(jnp.asarray(t.numpy()) for a CPU tensor).",
+        "pjrt-tensor-expected",
+        r": expected a (?:torch\.Tensor, but got|tensor on a pjrt device, but got one on)",
+        meaning="A torch_pjrt function that works on pjrt tensors (to_jax, mark_sharding, "
+        "sharding_of, ...) was given something else: a tensor on another device, or not a "
+        "tensor.",
+        cause="Calling it before moving the tensor or model to pjrt (a CPU tensor), or "
+        "passing a module, list or NumPy array.",
+        fix="Move the tensor first (t.to('pjrt'), a copy), or pass the tensor itself (a "
+        "layer's .weight, not the layer); the message's last part names the usual fix.",
         doc="docs/device_api.md#jax-and-dlpack",
     ),
     Entry(
@@ -2464,6 +2465,18 @@ ENTRIES = (
         fix="Quantize on the CPU (and run the quantized model there), or keep pjrt tensors "
         "in a floating dtype: bfloat16, or float8 where the chip has it.",
         doc="docs/device_api.md#pytorchs-backend-contract",
+    ),
+    Entry(
+        "graph-capture-generator",
+        r"a random op drawing from a torch\.Generator cannot be captured",
+        meaning="Inside torch.pjrt.graph capture, a random op was given generator=; a "
+        "replay draws from the device's RNG state, so the generator's stream could not "
+        "be followed.",
+        cause="Dropout or sampling code that passes its own torch.Generator, captured with "
+        "torch.pjrt.graph or make_graphed_callables.",
+        fix="Leave generator= out inside the capture (seed the device with "
+        "torch.manual_seed), or run that op outside the captured region.",
+        doc="docs/device_api.md#random-numbers",
     ),
     # --- report ---------------------------------------------------------------------
     Entry(

@@ -27,6 +27,7 @@ import torch
 from jax.sharding import NamedSharding, PartitionSpec
 
 from torch_pjrt import runtime
+from torch_pjrt.device import binding
 from torch_pjrt.device import tensor as _tensor
 from torch_pjrt.runtime import executor
 
@@ -176,13 +177,7 @@ def _spec(t: torch.Tensor, mesh: Mesh, placements: Sequence[Placement]) -> Parti
 
 
 def _check_pjrt(t, fn: str) -> None:
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{fn}: expected a Tensor, got {type(t).__name__}")
-    if t.device.type != "pjrt":
-        raise RuntimeError(
-            f"{fn}: expected a tensor on a pjrt device, got one on {t.device}; move it with "
-            ".to('pjrt') or use distribute_tensor"
-        )
+    binding.require_pjrt(t, fn, "move it with .to('pjrt') or use distribute_tensor")
 
 
 def mark_sharding(
@@ -240,7 +235,9 @@ def distribute_tensor(
         >>> x = distribute_tensor(torch.randn(8, 16), mesh, [Shard(0), Replicate()])
     """
     if not isinstance(tensor, torch.Tensor):
-        raise TypeError(f"distribute_tensor: expected a Tensor, got {type(tensor).__name__}")
+        raise TypeError(
+            f"distribute_tensor: expected a torch.Tensor, but got {type(tensor).__name__}"
+        )
     if placements is None:
         placements = [_placement_types()[0]()] * device_mesh.ndim
     _spec(tensor, device_mesh, placements)  # errors before any copy

@@ -37,10 +37,10 @@ def _uniform(key, shape, dtype, low=0.0, high=1.0):
 
 
 def _check_generator(generator) -> None:
-    """A generator belongs to one device; no ``torch.Generator`` lives on pjrt (draws
-    use the device RNG state), so, as CUDA does with a CPU generator, refuse it rather
-    than ignore it."""
-    if generator is not None:
+    """A generator belongs to one device: a pjrt op takes a pjrt ``torch.Generator``
+    (its kernel draws from it: ops/registry.py), and refuses another, as CUDA refuses a
+    CPU generator."""
+    if generator is not None and generator.device.type != "pjrt":
         raise refusal(
             RuntimeError(
                 f"Expected a 'pjrt' device type for generator but found '{generator.device.type}'"
@@ -70,7 +70,7 @@ def uniform_(self, from_=0.0, to=1.0, *, generator=None):
         raise RuntimeError(
             f"uniform_ expects to return a [from, to) range, but found from={from_:g} > to={to:g}"
         )
-    return self.copy_(aten.uniform.default(self, from_, to))
+    return self.copy_(aten.uniform.default(self, from_, to, generator=generator))
 
 
 @lowers(aten.normal_functional.default, random=True)
@@ -84,7 +84,7 @@ def normal_(self, mean=0.0, std=1.0, *, generator=None):
     _check_generator(generator)
     if std < 0:
         raise RuntimeError(f"normal expects std >= 0.0, but found std {std:g}")
-    return self.copy_(aten.normal_functional.default(self, mean, std))
+    return self.copy_(aten.normal_functional.default(self, mean, std, generator=generator))
 
 
 @lowers(aten.normal.Tensor_float, aten.normal.float_Tensor, aten.normal.Tensor_Tensor, random=True)
@@ -129,7 +129,7 @@ def bernoulli_(self, p=0.5, *, generator=None):
     _check_generator(generator)
     if not 0 <= p <= 1:
         raise RuntimeError(f"bernoulli_ expects p to be in [0, 1], but got p={p:g}")
-    return self.copy_(aten.bernoulli.p(self, p))
+    return self.copy_(aten.bernoulli.p(self, p, generator=generator))
 
 
 @lowers(aten.exponential.default, random=True)
@@ -145,7 +145,7 @@ def exponential_(self, lambd=1.0, *, generator=None):
     _check_generator(generator)
     if not lambd > 0:
         raise RuntimeError(f"exponential_ expects lambda > 0.0, but found lambda={lambd:g}")
-    return self.copy_(aten.exponential.default(self, lambd))
+    return self.copy_(aten.exponential.default(self, lambd, generator=generator))
 
 
 @lowers(aten.geometric.default, random=True)
@@ -207,7 +207,7 @@ def random_from_(self, from_, to, *, generator=None):
         raise RuntimeError(
             f"random_ expects 'from' to be less than 'to', but got from={from_} >= to={to}"
         )
-    return self.copy_(getattr(aten.random, "from")(self, from_, to))
+    return self.copy_(getattr(aten.random, "from")(self, from_, to, generator=generator))
 
 
 @implements(aten.random_.to)
@@ -337,14 +337,18 @@ def rrelu_with_noise_functional(
 
 @implements(aten.rrelu_with_noise.default)
 def rrelu_with_noise(self, noise, lower=0.125, upper=1.0 / 3.0, training=False, generator=None):
-    out, noise_out = aten.rrelu_with_noise_functional.default(self, noise, lower, upper, training)
+    out, noise_out = aten.rrelu_with_noise_functional.default(
+        self, noise, lower, upper, training, generator=generator
+    )
     noise.copy_(noise_out)
     return out
 
 
 @implements(aten.rrelu_with_noise_.default)
 def rrelu_with_noise_(self, noise, lower=0.125, upper=1.0 / 3.0, training=False, generator=None):
-    out, noise_out = aten.rrelu_with_noise_functional.default(self, noise, lower, upper, training)
+    out, noise_out = aten.rrelu_with_noise_functional.default(
+        self, noise, lower, upper, training, generator=generator
+    )
     noise.copy_(noise_out)
     return self.copy_(out)
 

@@ -274,6 +274,24 @@ def _signature(sig: Signature, statics, arrays, scalars) -> list:
     return out
 
 
+def _pjrt_generator(generator: torch.Generator, op: str) -> torch.Generator:
+    """A random op's ``generator=``: one of pjrt's (as CUDA refuses a CPU generator),
+    outside graph captures (a replay draws from the device's RNG state)."""
+    if generator.device.type != "pjrt":
+        raise refusal(
+            RuntimeError(
+                f"Expected a 'pjrt' device type for generator but found '{generator.device.type}'"
+            )
+        )
+    if fused.capturing:
+        raise RuntimeError(
+            f"{op}: a random op drawing from a torch.Generator cannot be captured in a "
+            "torch.pjrt graph (each replay draws from the device's RNG state, as CUDA "
+            "graphs do from the default generator); leave generator= out inside the capture"
+        )
+    return generator
+
+
 def _program_key(vals, sig: Signature) -> tuple:
     """The key of an op's program cache: its static arguments, and the settings the
     lowerings read when they trace (the default dtype, for factories with dtype=None; the
@@ -297,6 +315,8 @@ class Kernel:
         self.name = str(op)
         self.lowering = lowering
         self.sig = Signature(op, lowering.static)
+        # a random op's generator= argument (None: the op has none, or draws nothing)
+        self._generator = self.sig.index.get("generator") if lowering.random else None
         self.program = executor.Program(
             "eager", self.name, self._build, self._describe, placed=_placed, unchecked=_unchecked
         )
@@ -388,6 +408,10 @@ class Kernel:
         """Run the lowering (in fused mode: record it); returns (JAX result, device index)."""
         sig = self.sig
         vals = sig.values(args, kwargs)
+        generator = None
+        if self._generator is not None and vals[self._generator] is not None:
+            generator = _pjrt_generator(vals[self._generator], self.name)
+            vals[self._generator] = None  # (not a static: one program for every generator)
         if self.fits is not None:
             self._check_fits(vals)
         index = _device_index(vals, sig)
@@ -398,7 +422,12 @@ class Kernel:
         key = _program_key(vals, sig)
         if not has_tensors:  # nothing to follow: the program places its outputs
             key = (*key, index)
-        rng = pjrt_random.next_key_parts(index) if self.lowering.random else None
+        rng = None
+        if self.lowering.random:
+            if generator is None:
+                rng = pjrt_random.next_key_parts(index)
+            else:
+                rng = pjrt_random.generator_key_parts(generator)
         metrics.op(self.name)
         try:
             if lazy:

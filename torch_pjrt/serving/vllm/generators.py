@@ -4,11 +4,12 @@ vLLM gives each request with ``SamplingParams(seed=...)`` its own
 ``torch.Generator(device=...)``, draws that request's sampling noise with
 ``q[i].exponential_(generator=g)``, and when a step's token is thrown away (a prefill
 chunk) rewinds it with ``g.set_offset(g.get_offset() - 4)``, counting on CUDA's
-Philox generator. torch 2.13 makes a ``torch.Generator`` for a PrivateUse1 device only
-through C++ hooks, so here a request gets a :class:`PjrtGenerator`: a (seed, offset)
-pair. A draw runs on the device with the device RNG set to that pair for the one op
-(the pjrt RNG takes ``fold_in(key(seed), offset)``), then the pair advances by 4, so a
-rewind of 4 replays the same noise, as on CUDA.
+Philox generator. pjrt's own ``torch.Generator`` moves its offset on by one a random op
+(docs/device_api.md), not by Philox's 4, so here a request gets a :class:`PjrtGenerator`:
+a (seed, offset) pair that counts as vLLM does. A draw runs on the device with the
+device RNG set to that pair for the one op (the pjrt RNG takes
+``fold_in(key(seed), offset)``), then the pair advances by 4, so a rewind of 4 replays
+the same noise, as on CUDA.
 """
 
 from __future__ import annotations
