@@ -36,8 +36,9 @@ class PaddedProgram:
         self.graph = graph
         self.plan = plan
         self.program = executor.Program(
-            "graph", graph.name, self._build, _describe, kind=graph.kind
-        )
+            "graph", graph.name, self._build, _describe, kind=graph.kind,
+            contents=lambda key: [str(n.target) for n in graph.calls],
+        )  # fmt: skip
         self.records: dict = {}  # key -> the static outputs its trace recorded
 
     def _evaluate(self, values, lengths, rng, record, input_factors):
