@@ -150,8 +150,6 @@ def from_dlpack(ext_tensor, *, device=None, copy=None):
         and not copy
     ):
         return _torch_from_dlpack(to_dlpack(ext_tensor.detach()))
-    if device is None and copy is None:
-        return _torch_from_dlpack(ext_tensor)
     return _torch_from_dlpack(ext_tensor, device=device, copy=copy)
 
 

@@ -176,15 +176,15 @@ def _adopt(t: torch.Tensor, storage: torch.UntypedStorage) -> Cell:
     first use, unwritten (its elements read as zeros, as a fresh ``empty``'s), of the
     dtype of the tensor that uses it first. A storage PyTorch made from a DLPack capsule
     of a pjrt tensor (:func:`export`) shares that tensor's cell."""
-    cell = _exported.get(storage.data_ptr())
-    if cell is not None and t.device.type == "pjrt":
-        setattr(storage, _ATTR, cell)
-        return cell
-    if not _ALLOCATED[0] <= storage.data_ptr() < _ALLOCATED[1] or t.device.type != "pjrt":
-        raise RuntimeError(f"tensor on {t.device} has no pjrt data (it was not made by torch_pjrt)")
-    cell = Cell(storage.nbytes() // t.element_size(), t.dtype, t.device.index)
-    setattr(storage, _ATTR, cell)
-    return cell
+    address = storage.data_ptr()
+    if t.device.type == "pjrt":
+        cell = _exported.get(address)
+        if cell is None and _ALLOCATED[0] <= address < _ALLOCATED[1]:
+            cell = Cell(storage.nbytes() // t.element_size(), t.dtype, t.device.index)
+        if cell is not None:
+            setattr(storage, _ATTR, cell)
+            return cell
+    raise RuntimeError(f"tensor on {t.device} has no pjrt data (it was not made by torch_pjrt)")
 
 
 # --- making tensors ---------------------------------------------------------------

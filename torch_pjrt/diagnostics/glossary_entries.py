@@ -2468,7 +2468,7 @@ ENTRIES = (
     ),
     Entry(
         "graph-capture-generator",
-        r"a random op drawing from a torch\.Generator cannot be captured",
+        r"draws from a torch\.Generator, which cannot be captured in a torch\.pjrt graph",
         meaning="Inside torch.pjrt.graph capture, a random op was given generator=; a "
         "replay draws from the device's RNG state, so the generator's stream could not "
         "be followed.",

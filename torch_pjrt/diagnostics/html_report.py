@@ -446,6 +446,17 @@ def _table(headers, rows, numeric=()) -> str:
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
+def _counted(table: dict, what: str, counted: str, color: str, none: str) -> list[str]:
+    """A table of counts (host syncs by line, fallbacks by op): its 15 largest as bars,
+    then all of them, largest first; ``none`` when it is empty."""
+    rows = sorted(table.items(), key=lambda kv: -kv[1])
+    if not rows:
+        return [f"<p class='none'>{none}</p>"]
+    top = rows[:15]
+    bars = _barh([k for k, _ in top], [v for _, v in top], color, counted)
+    return [_svg(bars), _table([what, counted], rows, numeric=(1,))]
+
+
 def _arguments(args: list[str]) -> str:
     return f"arguments <code>{html.escape(' '.join(args))}</code> &middot; " if args else ""
 
@@ -520,24 +531,11 @@ def _page(result, findings: list[Finding]) -> str:
     )
 
     parts.append("<h2 id='syncs'>Host syncs by source line</h2>")
-    syncs = sorted(m["host_syncs_by_line"].items(), key=lambda kv: -kv[1])
-    if syncs:
-        parts.append(
-            _svg(_barh([k for k, _ in syncs[:15]], [v for _, v in syncs[:15]], _BLUE, "host syncs"))
-        )
-        parts.append(_table(["line", "host syncs"], syncs, numeric=(1,)))
-    else:
-        parts.append("<p class='none'>None: the host never waited for the device.</p>")
-
+    parts += _counted(m["host_syncs_by_line"], "line", "host syncs", _BLUE,
+                      "None: the host never waited for the device.")  # fmt: skip
     parts.append("<h2 id='fallbacks'>CPU fallbacks by op</h2>")
-    ops = sorted(m["fallbacks"].items(), key=lambda kv: -kv[1])
-    if ops:
-        parts.append(
-            _svg(_barh([k for k, _ in ops[:15]], [v for _, v in ops[:15]], _RED, "runs on the CPU"))
-        )
-        parts.append(_table(["op", "runs on the CPU"], ops, numeric=(1,)))
-    else:
-        parts.append("<p class='none'>None: every op ran on the device.</p>")
+    parts += _counted(m["fallbacks"], "op", "runs on the CPU", _RED,
+                      "None: every op ran on the device.")  # fmt: skip
 
     parts.append("<h2 id='bytes'>Bytes moved</h2>")
     parts.append(

@@ -14,7 +14,7 @@ import torch
 
 from torch_pjrt.ops._helpers import check, default_dtype, dtype_name
 from torch_pjrt.ops._promote import result_type
-from torch_pjrt.ops.registry import implements, lowers, refusal
+from torch_pjrt.ops.registry import implements, lowers, pjrt_generator
 from torch_pjrt.ops.registry import lowers_in_graphs as in_graphs
 from torch_pjrt.runtime import asserts
 from torch_pjrt.runtime.transfer import torch_dtype
@@ -38,14 +38,9 @@ def _uniform(key, shape, dtype, low=0.0, high=1.0):
 
 def _check_generator(generator) -> None:
     """A generator belongs to one device: a pjrt op takes a pjrt ``torch.Generator``
-    (its kernel draws from it: ops/registry.py), and refuses another, as CUDA refuses a
-    CPU generator."""
-    if generator is not None and generator.device.type != "pjrt":
-        raise refusal(
-            RuntimeError(
-                f"Expected a 'pjrt' device type for generator but found '{generator.device.type}'"
-            )
-        )
+    (its kernel draws from it: ops/registry.py), and refuses another."""
+    if generator is not None:
+        pjrt_generator(generator, "a random op")
 
 
 def _normal(key, shape, dtype):

@@ -274,7 +274,7 @@ def _signature(sig: Signature, statics, arrays, scalars) -> list:
     return out
 
 
-def _pjrt_generator(generator: torch.Generator, op: str) -> torch.Generator:
+def pjrt_generator(generator: torch.Generator, op: str) -> torch.Generator:
     """A random op's ``generator=``: one of pjrt's (as CUDA refuses a CPU generator),
     outside graph captures (a replay draws from the device's RNG state)."""
     if generator.device.type != "pjrt":
@@ -285,9 +285,9 @@ def _pjrt_generator(generator: torch.Generator, op: str) -> torch.Generator:
         )
     if fused.capturing:
         raise RuntimeError(
-            f"{op}: a random op drawing from a torch.Generator cannot be captured in a "
-            "torch.pjrt graph (each replay draws from the device's RNG state, as CUDA "
-            "graphs do from the default generator); leave generator= out inside the capture"
+            f"{op} draws from a torch.Generator, which cannot be captured in a torch.pjrt "
+            "graph (each replay draws from the device's RNG state, as CUDA graphs do from "
+            "the default generator); leave generator= out inside the capture"
         )
     return generator
 
@@ -410,7 +410,7 @@ class Kernel:
         vals = sig.values(args, kwargs)
         generator = None
         if self._generator is not None and vals[self._generator] is not None:
-            generator = _pjrt_generator(vals[self._generator], self.name)
+            generator = pjrt_generator(vals[self._generator], self.name)
             vals[self._generator] = None  # (not a static: one program for every generator)
         if self.fits is not None:
             self._check_fits(vals)
