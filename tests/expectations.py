@@ -287,13 +287,7 @@ XFAIL_HF_INTEGRATION: dict[str, str] = {}
 # test function name -> reason
 # tests/test_backend_contract.py: points of PyTorch's PrivateUse1 contract that do not
 # hold yet, by the test that checks each (its CONTRACT table)
-XFAIL_BACKEND_CONTRACT: dict[str, str] = {
-    "test_sdpa_overrideable": (
-        "not done: torch._fused_sdp_choice picks FLASH for pjrt tensors; a PrivateUse1 "
-        "kernel for it returning OVERRIDEABLE, and lowerings of "
-        "_scaled_dot_product_fused_attention_overrideable and its backward, are missing"
-    ),
-}
+XFAIL_BACKEND_CONTRACT: dict[str, str] = {}
 
 XFAIL_DISTRIBUTED: dict[str, str] = {
     "test_fsdp2_x_tp_four_processes_compiled": (

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 from torch.export import Dim, export
+from torch.nn.attention import SDPBackend
 
 import torch_pjrt.export as pjrt_export
 from tests import hf_families
@@ -93,10 +94,9 @@ def test_export_on_pjrt_with_a_dynamic_batch(name):
 def test_saved_program_runs_on_pjrt_and_cpu_tensors(name, tmp_path):
     model, exported = _exported(name)
     saved = pjrt_export.save(exported, tmp_path / "program")
-    # (the export took SDPA's pjrt kernel away for its decomposition only)
-    assert torch._C._dispatch_has_kernel_for_dispatch_key(
-        "aten::scaled_dot_product_attention", "PrivateUse1"
-    )
+    # (the export turned SDPA's overrideable backend off for its decomposition only)
+    q = torch.randn(1, 2, 4, 8, device="pjrt")
+    assert torch._fused_sdp_choice(q, q, q) == SDPBackend.OVERRIDEABLE.value
     assert sorted(p.name for p in saved.iterdir()) == [
         "meta.json",
         "program.jaxexport",

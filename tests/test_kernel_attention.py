@@ -183,3 +183,38 @@ def test_pjrt_attention_is_registered_whichever_is_imported_first():
         )
         assert out.returncode == 0, out.stderr
         assert out.stdout.split()[-2:] == ["True", "True"], out.stdout
+
+
+def test_pytorchs_route_reaches_the_overrideable_backend():
+    """SDPA's C++ choice sends pjrt calls without dropout to the overrideable op (a float
+    bias's gradient included), calls with dropout and ``sdpa_kernel(MATH)`` to PyTorch's
+    math; a direct call of the op with dropout is refused clearly."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q, k, v = _inputs(hkv=4)
+    bias = torch.randn(16, 16, generator=torch.Generator().manual_seed(3))
+
+    def grads(device):
+        ins = [x.to(device).requires_grad_() for x in (q, k, v, bias)]
+        out = F.scaled_dot_product_attention(*ins[:3], attn_mask=ins[3])
+        weights = torch.linspace(-1, 1, out.numel()).reshape(out.shape).to(device)
+        found = torch.autograd.grad((out * weights).sum(), ins)
+        return [t.detach().cpu() for t in (out, *found)]
+
+    want = grads("cpu")
+    torch_pjrt.metrics.reset()
+    got = grads("pjrt")
+    assert _paths() == {"xla": 1}
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+    on = [x.to("pjrt") for x in (q, k, v)]
+    assert torch._fused_sdp_choice(*on) == SDPBackend.OVERRIDEABLE.value
+    assert torch._fused_sdp_choice(*on, dropout_p=0.5) == SDPBackend.MATH.value
+    torch_pjrt.metrics.reset()
+    with sdpa_kernel([SDPBackend.MATH]):
+        assert torch._fused_sdp_choice(*on) == SDPBackend.MATH.value
+        got = F.scaled_dot_product_attention(*on).cpu()
+        torch.testing.assert_close(got, F.scaled_dot_product_attention(q, k, v))
+    assert _paths() == {}
+    with pytest.raises(NotImplementedError, match="runs without dropout"):
+        torch.ops.aten._scaled_dot_product_fused_attention_overrideable(*on, dropout_p=0.5)

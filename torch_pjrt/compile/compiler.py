@@ -52,16 +52,21 @@ _DUMPER = _Dumper()
 
 @functools.cache
 def _decompositions() -> dict:
-    """PyTorch's decompositions for the ops that have no lowering of their own."""
+    """PyTorch's decompositions for the ops that have no lowering of their own, and
+    pjrt's of SDPA's overrideable ops."""
     from torch._decomp import decomposition_table
 
-    return {
+    from torch_pjrt.kernels import attention
+
+    table = {
         op: fn
         for op, fn in decomposition_table.items()
         if isinstance(op, OpOverload)
         and graph_lookup(op) is None
         and not fn.__module__.startswith("torch._refs")  # they end in prims
     }
+    table.update(attention.decompositions())  # (SDPA's overrideable backend: its paths' ops)
+    return table
 
 
 class _Part(torch.nn.Module):

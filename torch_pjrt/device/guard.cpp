@@ -8,7 +8,10 @@
 // device is per thread, as CUDA's is; the device count and the waits are Python's
 // answers (torch_pjrt.runtime), through the callbacks given to pjrt_guard_install.
 
+#include <ATen/Context.h>
+#include <ATen/SDPBackend.h>
 #include <ATen/core/Generator.h>
+#include <ATen/native/transformers/attention.h>
 #include <ATen/core/GeneratorForPrivateuseone.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
@@ -16,12 +19,14 @@
 #include <c10/core/TensorImpl.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
+#include <torch/library.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <mutex>
 #include <string>
@@ -278,12 +283,70 @@ at::Generator new_generator(DeviceIndex index) {
   return at::make_generator<Generator>(index < 0 ? current : index);
 }
 
+// --- F.scaled_dot_product_attention's backend choice ---------------------------------
+//
+// PyTorch's SDPA composite asks the device type's _fused_sdp_choice_stub which backend
+// runs a call. pjrt answers OVERRIDEABLE for the calls its kernel of
+// aten::_scaled_dot_product_fused_attention_overrideable takes (torch_pjrt/kernels/
+// attention.py: the flash kernel or XLA, per chip), and MATH, PyTorch's own composite,
+// for the others: dropout, ranks other than 3 or 4, dtypes other than float32, float16
+// and bfloat16, heads that differ without enable_gqa, nested tensors. The same answer is
+// the PrivateUse1 kernel of torch._fused_sdp_choice. torch_pjrt.export turns the
+// overrideable answer off while it decomposes a program (pjrt_guard_set_sdpa).
+
+std::atomic<bool> sdpa_overrideable{true};
+
+bool overrideable_takes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                        double dropout_p, bool enable_gqa) {
+  if (q.is_nested() || k.is_nested() || v.is_nested() || dropout_p > 0.0) {
+    return false;
+  }
+  const int64_t rank = q.dim();
+  if ((rank != 3 && rank != 4) || k.dim() != rank || v.dim() != rank) {
+    return false;
+  }
+  const auto dtype = q.scalar_type();
+  if (k.scalar_type() != dtype || v.scalar_type() != dtype ||
+      (dtype != at::kFloat && dtype != at::kHalf && dtype != at::kBFloat16)) {
+    return false;
+  }
+  if (rank == 4 && (q.sym_size(0) != k.sym_size(0) || k.sym_size(0) != v.sym_size(0))) {
+    return false;
+  }
+  if (q.sym_size(-1) != k.sym_size(-1) || k.sym_size(-2) != v.sym_size(-2)) {
+    return false;
+  }
+  const c10::SymInt hq = q.sym_size(-3), hkv = k.sym_size(-3);
+  if (hkv != v.sym_size(-3)) {
+    return false;
+  }
+  return hq == hkv || (enable_gqa && hq % hkv == 0);
+}
+
+int64_t sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                   const std::optional<at::Tensor>& /*attn_mask*/, double dropout_p,
+                   bool /*is_causal*/, std::optional<double> /*scale*/, bool enable_gqa) {
+  auto& context = at::globalContext();
+  if (sdpa_overrideable.load() && context.userEnabledOverrideableSDP() &&
+      overrideable_takes(q, k, v, dropout_p, enable_gqa)) {
+    return static_cast<int64_t>(at::SDPBackend::overrideable);
+  }
+  TORCH_CHECK(context.userEnabledMathSDP(),
+              "scaled_dot_product_attention on pjrt: no backend is enabled for this call "
+              "(pjrt runs OVERRIDEABLE for calls without dropout, of 3-D or 4-D float32, "
+              "float16 or bfloat16 tensors, and MATH for the others); enable "
+              "SDPBackend.MATH or SDPBackend.OVERRIDEABLE in torch.nn.attention.sdpa_kernel");
+  return static_cast<int64_t>(at::SDPBackend::math);
+}
+
+std::unique_ptr<torch::Library> sdp_library;
+
 }  // namespace
 
 extern "C" {
 
-// Register the guard for PrivateUse1, replacing the Python one, the allocator and the
-// generator; returns 0.
+// Register the guard for PrivateUse1, replacing the Python one, the allocator, the
+// generator and SDPA's backend choice; returns 0.
 int pjrt_guard_install(CountFn count, WaitFn wait) {
   py_count = count;
   py_wait = wait;
@@ -298,7 +361,18 @@ int pjrt_guard_install(CountFn count, WaitFn wait) {
     c10::WarningUtils::WarningHandlerGuard hold(&quiet);
     at::_GeneratorRegister register_generator(&new_generator);
   }
+  at::native::_fused_sdp_choice_stub.set_privateuse1_dispatch_ptr(&sdp_choice);
+  if (!sdp_library) {
+    sdp_library = std::make_unique<torch::Library>(
+        torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+    sdp_library->impl("_fused_sdp_choice", TORCH_FN(sdp_choice));
+  }
   return 0;
+}
+
+// SDPA's overrideable backend on (1) or off (0, PyTorch's math for every call).
+void pjrt_guard_set_sdpa(int on) {
+  sdpa_overrideable.store(on != 0);
 }
 
 // Python's wait callback says why it failed, before returning nonzero.

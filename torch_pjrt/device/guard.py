@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["current_device", "install", "native", "set_current_device"]
+__all__ = ["current_device", "install", "native", "set_current_device", "set_sdpa_overrideable"]
 
 _SOURCE = Path(__file__).with_name("guard.cpp")
 _lock = threading.Lock()
@@ -77,6 +77,18 @@ def set_current_stream_id(index: int, stream_id: int) -> None:
         if not hasattr(_python_streams, "ids"):
             _python_streams.ids = {}
         _python_streams.ids[index] = stream_id
+
+
+def set_sdpa_overrideable(on: bool) -> bool:
+    """Whether F.scaled_dot_product_attention's C++ choice sends the calls pjrt's kernel
+    takes to the OVERRIDEABLE backend (``kernels/attention.py``) or every call to
+    PyTorch's math; returns False where there is no C++ guard (then PyTorch's math runs
+    every call)."""
+    library = _State.library
+    if library is None:
+        return False
+    library.pjrt_guard_set_sdpa(int(on))
+    return True
 
 
 def native() -> tuple[bool, str]:
@@ -182,6 +194,7 @@ def install() -> None:
         library.pjrt_guard_current_stream.argtypes = [ctypes.c_int]
         library.pjrt_guard_set_current_stream.argtypes = [ctypes.c_int, ctypes.c_int64]
         library.pjrt_guard_fail.argtypes = [ctypes.c_char_p]
+        library.pjrt_guard_set_sdpa.argtypes = [ctypes.c_int]
         library.pjrt_guard_install(count, wait)
         # NOTE: torch.Generator(device="pjrt") reaches the extension's generator through
         # a PyTorch path it calls deprecated (a Python backend cannot take the new one:

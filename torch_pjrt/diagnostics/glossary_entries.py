@@ -583,6 +583,18 @@ ENTRIES = (
         classes=("LoweringMissing",),
     ),
     # === kernels/, modes/, runtime/ ==========================================
+    Entry(
+        "kernels-sdpa-overrideable-dropout",
+        r"_scaled_dot_product_fused_attention_overrideable on pjrt runs without dropout",
+        meaning="pjrt's kernel of SDPA's overrideable backend computes attention without "
+        "dropout; F.scaled_dot_product_attention never sends it a call with dropout (those "
+        "take PyTorch's math backend, which pjrt runs).",
+        cause="torch.ops.aten._scaled_dot_product_fused_attention_overrideable was called "
+        "directly with dropout_p > 0.",
+        fix="Call F.scaled_dot_product_attention(..., dropout_p=p) instead: it chooses the "
+        "backend for the call.",
+        doc="docs/kernels.md#fscaled_dot_product_attention-on-pjrt",
+    ),
     # --- torch_pjrt.kernels: the package and the decorator ------------------------------
     Entry(
         "kernels-unknown-attribute",

@@ -1,20 +1,29 @@
 """``F.scaled_dot_product_attention`` on pjrt tensors: the flash kernel or XLA, per chip.
 
-PyTorch chooses SDPA's backend in C++ (``_fused_sdp_choice``), which a backend written
-in Python cannot extend. pjrt gives ``aten::scaled_dot_product_attention`` a kernel of
-its own for the pjrt dispatch keys (autograd and below, so ``no_grad`` and
-``inference_mode`` too), which takes one of two paths:
+PyTorch's SDPA composite asks the device type which backend runs a call
+(``_fused_sdp_choice_stub``, C++). pjrt's C++ extension (``device/guard.cpp``) answers
+OVERRIDEABLE for the calls this module's kernel takes (no dropout; 3-D or 4-D float32,
+float16 or bfloat16 tensors; equal heads, or grouped-query heads with ``enable_gqa``)
+and MATH, PyTorch's own composite, for the others. So a call reaches
+``aten::_scaled_dot_product_fused_attention_overrideable`` by PyTorch's own route,
+eagerly and under ``torch.compile`` alike, and its backward is
+``aten::_scaled_dot_product_fused_attention_overrideable_backward``, PyTorch's
+derivative of it. pjrt's kernels of the two (:func:`forward`, :func:`backward`; the
+same functions are ``torch.compile``'s decompositions of them) take one of two paths:
 
-- ``"kernel"``: ``torch.ops.pjrt.flash_attention`` with ``impl="pallas"`` (blocked, the
-  score matrix never materialized; its own backward);
-- ``"xla"``: PyTorch's own composite (the math path: scaled ``q @ k^T``, the mask,
-  ``_safe_softmax``, dropout, ``@ v``), which pjrt lowers to XLA ops as any others.
+- ``"kernel"``: the Pallas flash kernel (``pjrt::flash_attention_forward``, which
+  returns the log-sum-exp too, and ``flash_attention_dense``'s backward): blocked, the
+  score matrix never materialized;
+- ``"xla"``: attention written in PyTorch ops (scaled ``q @ k^T``, the mask, a
+  softmax kept as its log-sum-exp, ``@ v``; the backward from the log-sum-exp), which
+  pjrt lowers to XLA ops as any others, in float32 for half-precision inputs as
+  PyTorch's math does.
 
-The kernel takes calls without ``attn_mask`` and dropout (``is_causal``, ``scale`` and
-grouped-query attention are its own), on 4-D ``[batch, heads, seq, head_dim]`` tensors of
-one floating dtype with ``k`` and ``v`` of one shape; other calls take the XLA path
-whatever the setting. Which path a call that the kernel takes goes to is the setting
-``torch_pjrt.config(attention=...)`` (``TORCH_PJRT_ATTENTION``):
+The kernel takes calls without ``attn_mask`` on 4-D ``[batch, heads, seq, head_dim]``
+tensors with ``k`` and ``v`` of one shape (``is_causal``, ``scale`` and grouped-query
+attention are its own); other calls take the XLA path whatever the setting. Which path
+a call that the kernel takes goes to is the setting ``torch_pjrt.config(attention=...)``
+(``TORCH_PJRT_ATTENTION``):
 
 - ``"auto"`` (default): the kernel on accelerators when the score matrix is at least
   ``_KERNEL_MIN_SCORES`` elements a head (below that XLA's fused path costs less than
@@ -22,9 +31,11 @@ whatever the setting. Which path a call that the kernel takes goes to is the set
 - ``"kernel"``: the kernel (on the CPU too: interpreted, for tests);
 - ``"xla"``: XLA always.
 
-Each call counts its path in ``torch_pjrt.metrics`` (table ``attention_paths``). Under
-``torch.compile`` the choice is made while Dynamo traces, and the graph holds the
-kernel's op or the math path's ops. See docs/kernels.md, "F.scaled_dot_product_attention on pjrt".
+Each call of the overrideable op counts its path in ``torch_pjrt.metrics`` (table
+``attention_paths``; calls PyTorch's math takes are not counted). Under
+``torch.compile`` the choice is made while the graph is traced. Without the C++
+extension (no compiler) PyTorch's math runs every call. See docs/kernels.md,
+"F.scaled_dot_product_attention on pjrt".
 
 Hugging Face models: ``attn_implementation="pjrt"`` (:func:`hf_attention`,
 registered with transformers' ``AttentionInterface`` and ``AttentionMaskInterface`` when
@@ -36,6 +47,7 @@ sliding window and logit soft-cap, and transformers' SDPA attention for the othe
 from __future__ import annotations
 
 import contextlib
+import math
 
 import torch
 
@@ -44,9 +56,11 @@ from torch_pjrt.runtime import events as metrics
 from torch_pjrt.runtime.imports import after_import
 from torch_pjrt.runtime.platform import current_platform
 
-__all__ = ["choose", "hf_attention", "install"]
+__all__ = ["backward", "choose", "decompositions", "forward", "hf_attention", "install"]
 
-_SDPA = torch.ops.aten.scaled_dot_product_attention.default
+_aten = torch.ops.aten
+_OVERRIDEABLE = _aten._scaled_dot_product_fused_attention_overrideable.default
+_OVERRIDEABLE_BACKWARD = _aten._scaled_dot_product_fused_attention_overrideable_backward.default
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
 # NOTE: the auto rule's size: 512 x 512 scores a head; a first cut, to be measured on
 # each chip (docs/kernels.md): the kernel's win is memory and bandwidth, which short
@@ -88,15 +102,104 @@ def choose(q, k, v, attn_mask=None, dropout_p=0.0, enable_gqa=False) -> tuple[st
     return "kernel", "an accelerator"
 
 
-def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, **kwargs):
-    scale, enable_gqa = kwargs.get("scale"), kwargs.get("enable_gqa", False)
-    path, _ = choose(query, key, value, attn_mask, dropout_p, enable_gqa)
-    metrics.tally("attention_paths", path)
-    if path == "xla":
-        return _SDPA.decompose(query, key, value, attn_mask, dropout_p, is_causal, **kwargs)
-    from torch_pjrt.kernels.flash_attention import flash_attention
+def _scale(query, scale) -> float:
+    return 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
 
-    return flash_attention(query, key, value, causal=is_causal, scale=scale, impl="pallas")
+
+def _path(query, key, value, attn_bias) -> str:
+    # (the C++ choice sent only calls without dropout, heads equal or grouped)
+    return choose(query, key, value, attn_bias, 0.0, enable_gqa=True)[0]
+
+
+def _scores(query, key, value, attn_bias, is_causal, scale):
+    """The XLA path's scaled, masked logits ``[..., Sq, Sk]`` and ``q``, ``k``, ``v`` in
+    the accumulation dtype (float32 for half precision), ``k``'s and ``v``'s heads
+    repeated for grouped-query attention."""
+    acc = torch.float32 if query.dtype in (torch.float16, torch.bfloat16) else query.dtype
+    q, k, v = (x.to(acc) for x in (query, key, value))
+    group = query.shape[-3] // key.shape[-3]
+    if group != 1:
+        k, v = (x.repeat_interleave(group, dim=-3) for x in (k, v))
+    s = (q @ k.transpose(-2, -1)) * scale
+    if attn_bias is not None:
+        s = s.masked_fill(~attn_bias, -math.inf) if attn_bias.dtype == torch.bool else s + attn_bias
+    if is_causal:  # (top-left: query i sees keys j <= i, as PyTorch's math)
+        seen = torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).tril()
+        s = s.masked_fill(~seen, -math.inf)
+    return s, q, k, v
+
+
+def forward(
+    query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False,
+    return_debug_mask=False, *, scale=None,
+):  # fmt: skip
+    """pjrt's ``_scaled_dot_product_fused_attention_overrideable``: the output and the
+    log-sum-exp of each query row (float32, +inf for a row that sees no key), by the
+    kernel or XLA; no dropout (PyTorch's math takes those calls)."""
+    if dropout_p:
+        raise NotImplementedError(
+            "_scaled_dot_product_fused_attention_overrideable on pjrt runs without dropout "
+            f"(got dropout_p={dropout_p}); F.scaled_dot_product_attention sends calls with "
+            "dropout to PyTorch's math backend, which pjrt runs"
+        )
+    scale = _scale(query, scale)
+    path = _path(query, key, value, attn_bias)
+    metrics.tally("attention_paths", path)
+    if path == "kernel":
+        from torch_pjrt.kernels.flash_attention import flash_attention_forward
+
+        out, lse = flash_attention_forward(query, key, value, causal=is_causal, scale=scale)
+    else:
+        s, _, _, v = _scores(query, key, value, attn_bias, is_causal, scale)
+        top = s.amax(-1, keepdim=True)
+        top = torch.where(torch.isfinite(top), top, 0.0)  # (a row that sees no key)
+        p = torch.exp(s - top)
+        total = p.sum(-1, keepdim=True)
+        out = ((p @ v) / torch.where(total == 0, 1.0, total)).to(query.dtype)
+        lse = torch.where(total == 0, math.inf, total.log() + top).squeeze(-1).float()
+    return out, lse, None, None, query.shape[-2], key.shape[-2], None, None, None
+
+
+def backward(
+    grad_out, query, key, value, attn_bias, grad_input_mask, out, logsumexp, cum_seq_q,
+    cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset, *, scale=None,
+):  # fmt: skip
+    """pjrt's ``_scaled_dot_product_fused_attention_overrideable_backward``: the
+    gradients of ``q``, ``k``, ``v`` and the bias (each as ``grad_input_mask`` asks), by
+    the kernel's backward or from the log-sum-exp in PyTorch ops."""
+    scale = _scale(query, scale)
+    want_q, want_k, want_v, want_bias = grad_input_mask
+    if _path(query, key, value, attn_bias) == "kernel":
+        from torch_pjrt.kernels import flash_attention  # noqa: F401  (defines the op)
+
+        dq, dk, dv = torch.ops.pjrt.flash_attention_dense_backward(
+            query, key, value, grad_out, causal=is_causal, scale=scale, impl="pallas"
+        )
+        return dq, dk, dv, None
+    s, q, k, v = _scores(query, key, value, attn_bias, is_causal, scale)
+    p = torch.exp(s - logsumexp.to(s.dtype).unsqueeze(-1))
+    do = grad_out.to(s.dtype)
+    dv = p.transpose(-2, -1) @ do if want_v else None
+    dp = do @ v.transpose(-2, -1)
+    ds = p * (dp - (do * out.to(s.dtype)).sum(-1, keepdim=True))
+    dq = (ds @ k) * scale if want_q else None
+    dk = (ds.transpose(-2, -1) @ q) * scale if want_k else None
+    group = query.shape[-3] // key.shape[-3]
+    if group != 1:  # each kv head's gradient sums its group's query heads
+        dk, dv = (
+            None if g is None else g.unflatten(-3, (key.shape[-3], group)).sum(-3) for g in (dk, dv)
+        )
+    dbias = None
+    if want_bias and attn_bias is not None and attn_bias.is_floating_point():
+        dbias = ds.sum_to_size(attn_bias.shape).to(attn_bias.dtype)
+    cast = lambda g, x: None if g is None else g.to(x.dtype)  # noqa: E731
+    return cast(dq, query), cast(dk, key), cast(dv, value), dbias
+
+
+def decompositions() -> dict:
+    """The overrideable ops as ``torch.compile`` traces them (``compile/compiler.py``):
+    the graph holds the ops each path runs."""
+    return {_OVERRIDEABLE: forward, _OVERRIDEABLE_BACKWARD: backward}
 
 
 # --- Hugging Face: attn_implementation="pjrt" -------------------------------------
@@ -177,28 +280,27 @@ _lib = None
 
 @contextlib.contextmanager
 def unregistered():
-    """``aten::scaled_dot_product_attention`` without its pjrt kernel for the duration
-    (``torch_pjrt.export`` decomposes it to PyTorch's math: an exported program takes no
-    kernel decision of its own)."""
-    global _lib
-    lib, _lib = _lib, None
-    if lib is not None:
-        lib._destroy()
+    """SDPA without the overrideable backend for the duration: every call takes PyTorch's
+    math (``torch_pjrt.export`` decomposes to it: an exported program takes no kernel
+    decision of its own)."""
+    from torch_pjrt.device import guard
+
+    guard.set_sdpa_overrideable(False)
     try:
         yield
     finally:
-        if lib is not None:
-            install()
+        guard.set_sdpa_overrideable(True)
 
 
 def install() -> None:
-    """Give ``aten::scaled_dot_product_attention`` its pjrt kernel, and register
-    ``"pjrt"`` with transformers when its modules load; idempotent."""
+    """Give the overrideable SDPA ops their pjrt kernels (the C++ extension's choice
+    sends calls to them), and register ``"pjrt"`` with transformers when its modules
+    load; idempotent."""
     global _lib
     if _lib is not None:
         return
     _lib = torch.library.Library("aten", "IMPL")
-    for key in ("PrivateUse1", "AutogradPrivateUse1"):
-        _lib.impl("scaled_dot_product_attention", _sdpa, key)
+    _lib.impl(_OVERRIDEABLE.name().split("::")[1], forward, "PrivateUse1")
+    _lib.impl(_OVERRIDEABLE_BACKWARD.name().split("::")[1], backward, "PrivateUse1")
     after_import("transformers.modeling_utils", _register_attention)
     after_import("transformers.masking_utils", _register_mask)

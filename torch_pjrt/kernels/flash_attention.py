@@ -436,6 +436,29 @@ def _attention_backward(q, k, v, lengths, grad, *, impl, block_q, block_k, **fea
     return _pallas_backward(plan, q, k, v, grad)
 
 
+def _forward_with_lse(q, k, v, *, causal, scale, block_q, block_k):
+    """The Pallas forward's output and log-sum-exp ([B, Hq, Sq], float32; +inf for a row
+    that sees no key): F.scaled_dot_product_attention's overrideable backend
+    (``kernels/attention.py``), whose backward takes the log-sum-exp."""
+    plan = _Plan(
+        q, k, None, causal=causal, scale=scale, window=None, softcap=None,
+        block_q=block_q, block_k=block_k,
+    )  # fmt: skip
+    out, lse = _pallas_forward(plan, q, k, v)
+    return out[:, :, : plan.sq], lse[:, :, : plan.sq]
+
+
+# NOTE: called below autograd only (the overrideable backend's own backward runs
+# flash_attention_dense_backward), so its derivative, jax.vjp of pallas_call, never runs
+flash_attention_forward = pjrt_kernel(
+    "pjrt::flash_attention_forward",
+    _forward_with_lse,
+    schema=(
+        "(Tensor q, Tensor k, Tensor v, *, bool causal=False, float scale=1.0, "
+        "int block_q=128, int block_k=128) -> (Tensor, Tensor)"
+    ),
+)
+
 _STATICS = (
     'bool causal=False, float scale=1.0, int? window=None, float? softcap=None, str impl="auto", '
     "int block_q=128, int block_k=128"
