@@ -18,7 +18,11 @@ Rows:
                       ``--threads`` threads (1 by default: the machine is shared)
 ``pjrt vllm c=N``     ``vllm serve`` on pjrt (127.0.0.1), N streaming
                       ``/v1/completions`` requests sent at once, each ``--new-tokens``
-                      greedy tokens (``ignore_eos``), distinct prompts
+                      greedy tokens (``ignore_eos``), distinct prompts; vLLM's default
+                      asynchronous scheduling (step n+1 prepared on the host while
+                      step n runs on the device)
+``pjrt vllm c=N sync`` with ``--compare-sync``: the same with ``--no-async-scheduling``
+                      (each step waits for the last one's tokens), a second server
 
 Columns: ``tok/s`` (output tokens of all requests over the wall time from the first
 request sent to the last token received; median over ``--runs`` rounds after one warm-up
@@ -81,12 +85,15 @@ def cpu_transformers(path, new_tokens: int, runs: int) -> dict:
     return {"tok_s": statistics.median(rates), "ttft_ms": 1e3 * statistics.median(firsts)}
 
 
-def start_server(path, max_seqs: int, eager: bool, log) -> tuple[subprocess.Popen, str]:
+def start_server(
+    path, max_seqs: int, eager: bool, log, sync: bool = False
+) -> tuple[subprocess.Popen, str]:
     args = [
         "--dtype", "float32", "--max-model-len", "256", "--max-num-seqs", str(max_seqs),
         "--kv-cache-memory-bytes", str(64 << 20), "--seed", "0",
     ]  # fmt: skip
-    proc, url = launch.start(path, args + ["--enforce-eager"] * eager, log)
+    args += ["--enforce-eager"] * eager + ["--no-async-scheduling"] * sync
+    proc, url = launch.start(path, args, log)
     try:
         launch.wait_healthy(proc, url, 600)
     except AssertionError as e:
@@ -137,19 +144,23 @@ def bench_model(hidden: int, layers: int, args, work: pathlib.Path) -> dict:
     concurrency."""
     path = tiny_models.build("llama", work / f"llama_{hidden}x{layers}", hidden, layers)
     rows = {"CPU transformers": cpu_transformers(path, args.new_tokens, args.runs)}
-    with open(work / f"serve_{hidden}x{layers}.log", "w") as log:
-        proc, url = start_server(path, max(args.concurrency), args.enforce_eager, log)
-        try:
-            for c in args.concurrency:
-                round_at(url, str(path), c, args.new_tokens)  # warm-up: compiles
-                rounds = [round_at(url, str(path), c, args.new_tokens) for _ in range(args.runs)]
-                rows[f"pjrt vllm c={c}"] = {
-                    "tok_s": statistics.median(r["tok_s"] for r in rounds),
-                    "ttft_ms": statistics.median(r["ttft_ms"] for r in rounds),
-                }
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(60)
+    for sync in (False, True) if args.compare_sync else (False,):
+        name = f"serve_{hidden}x{layers}{'_sync' * sync}.log"
+        with open(work / name, "w") as log:
+            proc, url = start_server(path, max(args.concurrency), args.enforce_eager, log, sync)
+            try:
+                for c in args.concurrency:
+                    round_at(url, str(path), c, args.new_tokens)  # warm-up: compiles
+                    rounds = [
+                        round_at(url, str(path), c, args.new_tokens) for _ in range(args.runs)
+                    ]
+                    rows[f"pjrt vllm c={c}{' sync' * sync}"] = {
+                        "tok_s": statistics.median(r["tok_s"] for r in rounds),
+                        "ttft_ms": statistics.median(r["ttft_ms"] for r in rounds),
+                    }
+            finally:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(60)
     return rows
 
 
@@ -169,6 +180,10 @@ def main(argv=None) -> int:
         help="Llama sizes as HIDDENxLAYERS (default: 64x2 512x8)",
     )  # fmt: skip
     ap.add_argument("--enforce-eager", action="store_true")
+    ap.add_argument(
+        "--compare-sync", action="store_true",
+        help="also serve with --no-async-scheduling (rows 'c=N sync')",
+    )  # fmt: skip
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
 

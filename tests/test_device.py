@@ -195,6 +195,43 @@ def test_streams_and_events():
         torch.pjrt.Stream("cpu")
 
 
+@pytest.mark.parametrize("mode", ["eager", "fused"])
+def test_non_blocking_copies_to_the_host_and_events(mode):
+    """``.to("cpu", non_blocking=True)`` and ``cpu.copy_(t, non_blocking=True)`` return at
+    once, as CUDA's copies to pinned memory: the values are there after the next
+    synchronization (an Event recorded after the copy, ``torch.pjrt.synchronize()``, a
+    copy that waits); an Event waits for the work issued before its record; a failed
+    value check surfaces at that synchronization."""
+    from torch_pjrt.device.tensor import cell_of
+
+    with torch_pjrt.mode(mode):
+        a = torch.randn(64, 64, generator=torch.Generator().manual_seed(0))
+        x = a.to("pjrt")
+        y = (x @ x).relu()
+        out = y.to("cpu", non_blocking=True)
+        halves = torch.empty(64, 64, dtype=torch.bfloat16)
+        assert halves.copy_(y.bfloat16(), non_blocking=True) is halves
+        event = torch.pjrt.Event()
+        event.record()
+        event.synchronize()
+        assert event.query()
+        assert cell_of(y)._value.is_ready()  # (issued before the record)
+        torch.testing.assert_close(out, (a @ a).relu())
+        torch.testing.assert_close(halves, (a @ a).relu().bfloat16())
+        later = (x * 3).to("cpu", non_blocking=True)
+        torch.pjrt.synchronize()
+        torch.testing.assert_close(later, a * 3)
+        again = (x - 1).to("cpu", non_blocking=True)
+        assert x.sum().item() == pytest.approx(a.sum().item(), rel=1e-5)  # (a copy that waits)
+        torch.testing.assert_close(again, a - 1)
+        # a value computed by a failed check: its error at the synchronization
+        bad = x[torch.tensor([70], device="pjrt")].to("cpu", non_blocking=True)
+        event.record()
+        with pytest.raises(IndexError, match="index 70 is out of bounds for dimension 0"):
+            event.synchronize()
+        assert bad.shape == (1, 64)
+
+
 def test_the_device_guard_is_native():
     """The C++ device guard (torch_pjrt/device/guard.cpp) is built and registered: the
     tests below need it, and every machine that runs make test has a C++ compiler."""

@@ -91,6 +91,7 @@ def llama(models: str) -> dict:
         "cached_tokens_again": [o.num_cached_tokens for o in second],
         "sampled": sampled,
         "prefix_cache_hits": _metric(llm, "vllm:prefix_cache_hits"),
+        "async_scheduling": llm.llm_engine.vllm_config.scheduler_config.async_scheduling,
     }
 
 

@@ -67,21 +67,18 @@ class DeviceModule:
 
     @staticmethod
     def synchronize(device=None) -> None:
-        """Wait for all work queued on the device (every live pjrt array)."""
+        """Wait for all work queued on the device (every live pjrt array, and the copies
+        to the host issued with ``non_blocking=True``)."""
         import jax
 
         from torch_pjrt.modes import fused
-        from torch_pjrt.runtime import events as metrics
+        from torch_pjrt.runtime import transfer
 
-        metrics.host_sync()
+        transfer.host_wait()
         fused.flush_all("synchronize")
-        dev = runtime.device(_index(device))
-        arrays = jax.live_arrays(dev.platform)
-        if jax.local_device_count(dev.platform) > 1:  # (this device's alone)
-            arrays = [a for a in arrays if dev in a.devices()]
         # NOTE: one wait for them all: an array's own block_until_ready costs ~1 us a
         # call, and a training step holds hundreds (parameters, gradients, states)
-        jax.block_until_ready(arrays)
+        jax.block_until_ready(runtime.live_arrays(_index(device)))
 
     @staticmethod
     def get_device_name(device=None) -> str:

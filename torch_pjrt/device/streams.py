@@ -21,7 +21,10 @@ from __future__ import annotations
 import contextlib
 import time
 
+import jax
 import torch
+
+from torch_pjrt.runtime import transfer
 
 __all__ = ["Event", "Stream", "current_stream", "default_stream", "set_stream", "stream"]
 
@@ -50,25 +53,41 @@ class Event:
         self.blocking = blocking
         self.device = None
         self._time = None
+        self._arrays = ()  # the device's arrays when it was recorded
+        self._copies = 0  # the asynchronous copies to the host issued before it
 
     def record(self, stream: Stream | None = None) -> None:
+        """Mark the work issued so far (what ``synchronize()`` waits for, not the work
+        issued after the record): see :func:`_issued_arrays`, and the copies to the host
+        issued so far (``non_blocking=True``)."""
         stream = stream if stream is not None else current_stream()
         self.device = stream.device
         if self.enable_timing:
             torch.pjrt.synchronize(self.device)
             self._time = time.perf_counter()
+            self._arrays = ()
         else:
             self._time = 0.0
+            self._arrays = _issued_arrays(self.device)
+        self._copies = transfer.host_copies_issued()
 
     def wait(self, stream: Stream | None = None) -> None:
         """Make ``stream`` wait for this event: immediate, the queue is in order."""
 
     def query(self) -> bool:
-        return True
+        """Whether the work the event marks is done (True for one never recorded)."""
+        arrays = self._arrays
+        return all(a.is_deleted() or a.is_ready() for a in arrays) and transfer.host_copies_done(
+            self._copies
+        )
 
     def synchronize(self) -> None:
-        if self.device is not None:
-            torch.pjrt.synchronize(self.device)
+        """Wait for the work issued before ``record()`` (later work goes on running)."""
+        if self.device is None:
+            return
+        arrays, self._arrays = self._arrays, ()
+        jax.block_until_ready([a for a in arrays if not a.is_deleted()])
+        transfer.host_wait(self._copies, partial=True)
 
     def elapsed_time(self, end_event: Event) -> float:
         """Milliseconds between this event's ``record()`` and ``end_event``'s."""
@@ -80,6 +99,29 @@ class Event:
 
     def __repr__(self) -> str:
         return f"<torch.pjrt.Event device={self.device}>"
+
+
+def _issued_arrays(device: torch.device) -> list:
+    """What has been issued to ``device`` until now, as the arrays to wait for: an output
+    of the last program issued and the last copy to the device, when they are still
+    held and are that device's (it runs its programs in order, and its copies in
+    order); else every live array of the device. Fused mode's recording runs first (a
+    recorded op counts as issued)."""
+    from torch_pjrt import runtime
+    from torch_pjrt.modes import fused
+    from torch_pjrt.runtime import executor
+
+    fused.flush_all("event record")
+    dev = runtime.device(device.index)
+    found = []
+    for ref in (executor.issued, transfer.uploaded):
+        if ref is None:  # (nothing issued that way yet)
+            continue
+        x = ref()
+        if x is None or x.is_deleted() or x.devices() != {dev}:  # (gone, or elsewhere)
+            return runtime.live_arrays(device.index)
+        found.append(x)
+    return found
 
 
 class Stream:

@@ -33,7 +33,7 @@ from torch_pjrt.modes import fused
 from torch_pjrt.ops.registry import implements
 from torch_pjrt.ops.registry import lowers_in_graphs as in_graphs
 from torch_pjrt.runtime import events as metrics
-from torch_pjrt.runtime import executor
+from torch_pjrt.runtime import executor, transfer
 from torch_pjrt.runtime.transfer import jax_dtype
 
 aten = torch.ops.aten
@@ -75,12 +75,17 @@ def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory
     return empty_strided_tensor(size, stride, dtype or torch.get_default_dtype(), _index(device))
 
 
-def _host_read(t: torch.Tensor) -> jax.Array:
-    """t's value, about to be copied to the host (what fused mode recorded runs first);
-    the copy keeps nothing, so t's storage keeps owning its array."""
+def _host_read(t: torch.Tensor, kept: bool = False) -> jax.Array:
+    """t's value, about to be copied to the host (what fused mode recorded runs first).
+    A copy that waits keeps nothing, so t's storage keeps owning its array; one that
+    does not wait (``kept``) reads the array later, so the storage gives it up (a
+    program must not donate its buffer before the copy has read it)."""
     if settings.mode == "fused":
         fused.flush_all("host read")
-    return argument(t)
+    value = argument(t)
+    if kept and value is cell_of(t)._value:
+        cell_of(t).give_up()
+    return value
 
 
 def _to_device(value: jax.Array, index: int) -> jax.Array:
@@ -116,6 +121,15 @@ def copy_(self, src, non_blocking=False):
         write(self, _value_on(src, self.dtype, self.shape, self.device.index or 0), owned=True)
         return self
     # pjrt -> cpu (or another backend): bring the source to the host first
+    if (
+        non_blocking
+        and self.device.type == "cpu"
+        and self.dtype == src.dtype
+        and self.shape == src.shape
+        and self.is_contiguous()
+    ):
+        transfer.to_host_async(_host_read(src, kept=True), src.dtype, self)
+        return self
     host = runtime.to_host(_host_read(src), src.dtype)
     return self.copy_(host)
 
@@ -155,6 +169,8 @@ def _to_copy(
         value = fused.apply(_in_memory_order(order), (value,), index, "layout")
         return new_tensor(self.shape, dtype, index, value, strides, self.numel(), owned=True)
     # to the CPU (or another backend)
+    if non_blocking and target.type == "cpu" and dtype == self.dtype and strides is None:
+        return transfer.to_host_async(_host_read(self, kept=True), dtype)
     host = runtime.to_host(_host_read(self), self.dtype)
     if host.dtype != dtype or target.type != "cpu":
         host = host.to(dtype=dtype, device=target)

@@ -12,6 +12,7 @@ from torch_pjrt.runtime.platform import (
     devices,
     init,
     is_initialized,
+    live_arrays,
     local_index,
     visible_device_count,
 )
@@ -27,6 +28,7 @@ __all__ = [
     "from_host",
     "init",
     "is_initialized",
+    "live_arrays",
     "local_index",
     "to_host",
     "visible_device_count",

@@ -365,13 +365,15 @@ def _value(x):
     return concrete() if concrete is not None else x
 
 
-def verify(at_op: bool = False, ready_only: bool = False) -> None:
+def verify(at_op: bool = False, ready_only: bool = False, done_only: bool = False) -> None:
     """Read every check expected so far, in order; a failed one's values (and those
     computed from them, :func:`derive`) raise its error from now on, and the first one
     raises here (marked ``pjrt_event``: the layers in between pass it on as it is). Each
     program's flags started for the host when it was called (see :func:`expect`):
     reading them here costs about a microsecond each. ``ready_only``: only the checks of
-    programs that ran (not those of a fused recording still recording)."""
+    programs that ran (not those of a fused recording still recording). ``done_only``:
+    only the checks of programs that are done (a partial host sync: the rest are read at
+    a later wait)."""
     global _read_soon
     _read_soon = False
     if not _expected:
@@ -383,6 +385,11 @@ def verify(at_op: bool = False, ready_only: bool = False) -> None:
         if waiting:
             _expected[:0] = waiting  # (kept in order, before what came meanwhile)
             todo = [r for r in todo if getattr(r.flags, "graph", None) is None]
+    if done_only:  # (one test per record: a program may finish meanwhile)
+        done = [_done(r.flags) for r in todo]
+        if not all(done):
+            _expected[:0] = [r for r, d in zip(todo, done) if not d]
+            todo = [r for r, d in zip(todo, done) if d]
     error = None
     for record in todo:
         try:
@@ -402,6 +409,16 @@ def verify(at_op: bool = False, ready_only: bool = False) -> None:
         record.flags = record.parents = None
     if error is not None:
         raise error
+
+
+def _done(flags) -> bool:
+    """Whether the program computing ``flags`` is done (a fused mode's pending value:
+    once it ran and its array is)."""
+    if flags.__class__ is not _ArrayImpl:
+        flags = getattr(flags, "value", None)
+        if flags is None:  # (not run yet)
+            return False
+    return flags.is_deleted() or flags.is_ready()
 
 
 def _error(record: _Expected, rows, at_op: bool) -> Exception:
@@ -545,7 +562,7 @@ def refuse_read(array) -> None:
 
 def _on_event(event: str, what: str) -> None:
     if event == "host sync":
-        verify()
+        verify(done_only=events.sync_is_partial())
 
 
 events.listen(_on_event)  # (the hook of every host sync)

@@ -93,6 +93,14 @@ def _emit(event: str, what: str) -> None:
             raise
 
 
+_partial = False  # (set while a partial host sync is told to listeners)
+
+
+def sync_is_partial() -> bool:
+    """Whether the host sync being told to listeners waits for part of the work only."""
+    return _partial
+
+
 def user_line() -> str:
     """The innermost stack frame outside torch and torch_pjrt, as 'file:line'."""
     site = user_site()
@@ -180,12 +188,19 @@ def _short(v) -> str:
     return v.str_short() if hasattr(v, "str_short") else repr(v)
 
 
-def host_sync() -> None:
+def host_sync(partial: bool = False) -> None:
     """The host waits for the device: told to listeners (``runtime.asserts`` reads the
-    value checks the device made since the last wait), counted by line."""
+    value checks the device made since the last wait), counted by line. ``partial``: it
+    waits for part of the device's work only (an Event's ``synchronize``), so the
+    checks read are those of programs that are done (:func:`sync_is_partial`)."""
+    global _partial
     line = user_line()
     if _listeners:
-        _emit("host sync", line)
+        _partial = partial
+        try:
+            _emit("host sync", line)
+        finally:
+            _partial = False
     if profiling.active():
         with profiling.span(f"pjrt::host_sync {line}"):
             pass  # (a mark in the trace: the wait itself is the transfer's span)

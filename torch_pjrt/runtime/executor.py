@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import functools
 import time
+import weakref
 from collections.abc import Callable
 
 import jax
@@ -54,6 +55,7 @@ from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from torch_pjrt.runtime import asserts, platform, profiling, x64
 from torch_pjrt.runtime import events as metrics
+from torch_pjrt.runtime.asserts import _ArrayImpl
 from torch_pjrt.runtime.profiling import torch_profiler as _torch_profiler
 
 __all__ = [
@@ -112,6 +114,15 @@ def record_runs(fn: Callable | None) -> Callable | None:
     global _recorder
     previous, _recorder = _recorder, fn
     return previous
+
+
+# An output of the last program issued, weakly (what an Event recorded now waits for: a
+# device runs its programs in the order they were issued; torch_pjrt.device.streams)
+issued = None
+
+
+def _unknown():  # (what ``issued`` is after a program whose last output is no array:
+    return None  # an Event then waits for every array of the device)
 
 
 class Program:
@@ -267,6 +278,9 @@ class Program:
                     self.checked[key] = self.unchecked(key)
                 inputs = (self, key, args)
             out = asserts.unpack(out, self.name, inputs=inputs)
+        global issued
+        last = out[-1] if out.__class__ in (tuple, list) and out else out
+        issued = weakref.ref(last) if last.__class__ is _ArrayImpl else _unknown
         return out
 
     def profile_entry(self, key) -> tuple:

@@ -279,3 +279,14 @@ def device(index: int | None):
     if index is not None and 0 <= index < len(found):
         return found[index]
     return found[local_index(index)]
+
+
+def live_arrays(index: int | None) -> list:
+    """The live JAX arrays on ``pjrt:index``: what was issued to it and is still held."""
+    import jax
+
+    dev = device(index)
+    arrays = jax.live_arrays(dev.platform)
+    if jax.local_device_count(dev.platform) > 1:  # (this device's alone)
+        arrays = [a for a in arrays if dev in a.devices()]
+    return arrays

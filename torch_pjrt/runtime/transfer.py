@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import threading
+import weakref
+from concurrent.futures import ThreadPoolExecutor
 
 import jax
 import jax.numpy as jnp
@@ -79,6 +82,7 @@ def from_numpy(a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
 
 
 _NONE = contextlib.nullcontext()  # (no profiler span)
+uploaded = None  # the last array copied to a device, weakly (what an Event waits for)
 
 
 def from_host(t: torch.Tensor, device) -> jax.Array:
@@ -93,23 +97,111 @@ def from_host(t: torch.Tensor, device) -> jax.Array:
         # written into the CPU tensor. Copy it: the device array must own its bytes.
         a = a.copy()
     traced = profiling.span("pjrt::to_device", bytes=a.nbytes) if profiling.active() else _NONE
+    global uploaded
     with traced, jax.enable_x64(True):
-        return jax.device_put(a, device)
+        out = jax.device_put(a, device)
+    uploaded = weakref.ref(out)
+    return out
 
 
 def to_host(a: jax.Array, dtype: torch.dtype) -> torch.Tensor:
     """Copy a JAX array to a new CPU tensor (waits for it: a host sync, where the device's
     value checks are read; the result of a failed check is refused)."""
-    metrics.host_sync()
+    host_wait()  # (the copies issued before this one are done before it)
     asserts.refuse_read(a)
     out = torch.empty(tuple(a.shape), dtype=dtype)
     if out.numel():
         nbytes = out.numel() * out.element_size()
         with profiling.span("pjrt::to_host", bytes=nbytes) if profiling.active() else _NONE:
-            to_numpy(out)[...] = np.asarray(a)
+            _fill(a, out)
     metrics.count("transfers_to_host")
     metrics.count("bytes_to_host", out.numel() * out.element_size())
     return out
+
+
+# --- copies to the host that do not wait (``non_blocking=True``) ----------------------
+
+_copies_lock = threading.Lock()
+_copier: ThreadPoolExecutor | None = None  # one thread: copies end in the order issued
+_copies: list = []  # (sequence number, future, array) not yet waited for
+_issued = 0  # copies issued so far (an Event remembers this number at its record)
+
+
+def to_host_async(a: jax.Array, dtype: torch.dtype, out: torch.Tensor | None = None):
+    """A new CPU tensor (or ``out``: contiguous, of ``a``'s shape and ``dtype``) that the
+    value of ``a`` is copied into without waiting for it, as a CUDA copy to pinned memory
+    with ``non_blocking=True``: the tensor is returned at once and holds the value after
+    the next synchronization point that follows the copy (``torch.pjrt.synchronize()``,
+    an Event recorded after it, its stream's ``synchronize()``: :func:`wait_host_copies`;
+    also a copy that waits, such as a value read or ``.cpu()``). A helper thread fills it
+    as soon as the device has computed ``a``, so the host goes on with other work."""
+    global _copier, _issued
+    if out is None:
+        out = torch.empty(tuple(a.shape), dtype=dtype)
+    metrics.count("transfers_to_host")
+    metrics.count("bytes_to_host", out.numel() * out.element_size())
+    if not out.numel():
+        return out
+    a.copy_to_host_async()
+    with _copies_lock:
+        if _copier is None:
+            _copier = ThreadPoolExecutor(1, thread_name_prefix="pjrt-to-host")
+        future = _copier.submit(_fill, a, out)
+        _copies.append((_issued, future, a))
+        _issued += 1
+    return out
+
+
+def _fill(a: jax.Array, out: torch.Tensor) -> None:
+    to_numpy(out)[...] = np.asarray(a)
+
+
+def host_copies_issued() -> int:
+    """How many asynchronous copies to the host were issued so far (what an Event
+    waits for when it synchronizes)."""
+    return _issued
+
+
+def host_copies_done(upto: int) -> bool:
+    """Whether the asynchronous copies to the host issued before ``upto`` are done."""
+    with _copies_lock:
+        return all(f.done() for n, f, _ in _copies if n < upto)
+
+
+def wait_host_copies(upto: int | None = None, refuse: bool = True) -> None:
+    """Wait for the asynchronous copies to the host issued before copy number ``upto``
+    (all of them: None). Called after a host sync (``metrics.host_sync``: the device's
+    value checks read): a copy of a value that a failed check computed raises that
+    check's error here (``refuse``), as a CUDA device-side assert surfaces at the next
+    synchronization; every copy waited for is done with either way."""
+    with _copies_lock:
+        n = len(_copies) if upto is None else sum(1 for c in _copies if c[0] < upto)
+        done, _copies[:n] = _copies[:n], []
+    error = None
+    for _, future, a in done:
+        try:
+            future.result()
+            if refuse:
+                asserts.refuse_read(a)
+        except Exception as exc:  # noqa: BLE001  (the first is raised, after the rest)
+            error = error or exc
+    if error is not None:
+        raise error
+
+
+def host_wait(upto: int | None = None, partial: bool = False) -> None:
+    """The host waits: a host sync (``partial``: for part of the device's work, see
+    ``metrics.host_sync``), then the asynchronous copies to the host issued before copy
+    number ``upto`` (all: None), which are done with even when a check's error is
+    raised."""
+    try:
+        metrics.host_sync(partial)
+    except BaseException:
+        if _copies:
+            wait_host_copies(upto, refuse=False)
+        raise
+    if _copies:
+        wait_host_copies(upto)
 
 
 def module_on_cpu(module: torch.nn.Module) -> torch.nn.Module:

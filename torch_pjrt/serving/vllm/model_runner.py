@@ -7,6 +7,7 @@ the host side (numpy/CPU tensors) keeps the bookkeeping and each step copies
 input ids, positions, block tables and the rest to the device, as on CUDA.
 """
 
+import contextlib
 import dataclasses
 from contextlib import AbstractContextManager, nullcontext
 
@@ -18,7 +19,7 @@ from vllm.v1.kv_cache_interface import (
     UniformTypeKVCacheSpecs,
     compute_layer_kv_cache_shape_bytes,
 )
-from vllm.v1.worker.cpu_model_runner import CPUModelRunner, _torch_cuda_wrapper
+from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 from vllm.v1.worker.utils import bind_kv_cache, map_kv_caches_to_kernel_blocks
 
@@ -28,17 +29,67 @@ from torch_pjrt.serving.vllm.decode_graphs import DecodeGraphs
 logger = init_logger("vllm.plugins.pjrt")
 
 
+class _Event(torch.pjrt.Event):
+    """``torch.Event(device=None, *, ...)`` and ``torch.cuda.Event(enable_timing, ...)``
+    as a pjrt event."""
+
+    def __init__(self, *args, enable_timing=False, blocking=False, **kwargs):
+        if args and isinstance(args[0], bool):
+            enable_timing = args[0]
+        super().__init__(enable_timing=enable_timing, blocking=blocking)
+
+
+class _Stream(torch.pjrt.Stream):
+    """``torch.cuda.Stream(device, priority)`` as the pjrt device's stream."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+
+
+# (classes stay classes: Dynamo tests values with isinstance against them)
+_CUDA_STREAMS = {
+    "Event": _Event,
+    "Stream": _Stream,
+    "current_stream": lambda device=None: torch.pjrt.current_stream(),
+    "stream": torch.pjrt.stream,
+}
+
+
+@contextlib.contextmanager
+def _pjrt_streams(building: bool = False):
+    """GPUModelRunner's streams and events (``torch.cuda.Stream``, ``torch.cuda.Event``,
+    and while it is built ``torch.Event``: the input preparation's event, the
+    asynchronous output copy of async scheduling) made as pjrt ones while the runner's
+    own code runs; put back after it (the engine's process runs nothing else then)."""
+    patched = [(torch.cuda, name, value) for name, value in _CUDA_STREAMS.items()]
+    if building:
+        patched.append((torch, "Event", _Event))
+    saved = [(module, name, getattr(module, name)) for module, name, _ in patched]
+    try:
+        for module, name, value in patched:
+            setattr(module, name, value)
+        yield
+    finally:
+        for module, name, value in saved:
+            setattr(module, name, value)
+
+
 class PjrtModelRunner(CPUModelRunner):
     def __init__(self, vllm_config: VllmConfig, device: torch.device):
         # CPUModelRunner.__init__ asserts device == cpu and then points every
         # CpuGpuBuffer's .gpu at its .cpu; skip both and run GPUModelRunner's
-        # __init__ with torch.Event / torch.cuda.Stream stubbed (the CPU
-        # runner's wrapper), so device-side buffers are real pjrt tensors.
-        with _torch_cuda_wrapper():
+        # __init__ with its streams and events made on pjrt, so device-side buffers
+        # are real pjrt tensors.
+        with _pjrt_streams(building=True):
             GPUModelRunner.__init__(self, vllm_config, device)
         self.use_cuda_graph = False
         generators.install()
         self.decode_graphs = None  # made with the KV cache (initialize_kv_cache_tensors)
+
+    def sample_tokens(self, grammar_output):
+        # (with async scheduling: the sampled tokens' copy to the host, not waited for)
+        with _pjrt_streams():
+            return super().sample_tokens(grammar_output)
 
     def _update_states(self, scheduler_output):
         # a seeded request's generator is a PjrtGenerator (generators.py)

@@ -161,8 +161,6 @@ class PjrtPlatform(Platform):
                 "run without it (docs/serving.md lists what the plugin supports)."
             )
 
-        # one step at a time: the scheduler waits for the step's sampled tokens
-        vllm_config.scheduler_config.async_scheduling = False
         if parallel_config.worker_cls == "auto":
             parallel_config.worker_cls = WORKER
         parallel_config.disable_custom_all_reduce = True
