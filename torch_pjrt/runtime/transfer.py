@@ -124,7 +124,7 @@ def to_host(a: jax.Array, dtype: torch.dtype) -> torch.Tensor:
 _copies_lock = threading.Lock()
 _copier: ThreadPoolExecutor | None = None  # one thread: copies end in the order issued
 _copies: list = []  # (sequence number, future, array) not yet waited for
-_issued = 0  # copies issued so far (an Event remembers this number at its record)
+_copies_issued = 0  # copies issued so far (an Event remembers this number at its record)
 
 
 def to_host_async(a: jax.Array, dtype: torch.dtype, out: torch.Tensor | None = None):
@@ -135,7 +135,7 @@ def to_host_async(a: jax.Array, dtype: torch.dtype, out: torch.Tensor | None = N
     an Event recorded after it, its stream's ``synchronize()``: :func:`wait_host_copies`;
     also a copy that waits, such as a value read or ``.cpu()``). A helper thread fills it
     as soon as the device has computed ``a``, so the host goes on with other work."""
-    global _copier, _issued
+    global _copier, _copies_issued
     if out is None:
         out = torch.empty(tuple(a.shape), dtype=dtype)
     metrics.count("transfers_to_host")
@@ -147,8 +147,8 @@ def to_host_async(a: jax.Array, dtype: torch.dtype, out: torch.Tensor | None = N
         if _copier is None:
             _copier = ThreadPoolExecutor(1, thread_name_prefix="pjrt-to-host")
         future = _copier.submit(_fill, a, out)
-        _copies.append((_issued, future, a))
-        _issued += 1
+        _copies.append((_copies_issued, future, a))
+        _copies_issued += 1
     return out
 
 
@@ -159,7 +159,7 @@ def _fill(a: jax.Array, out: torch.Tensor) -> None:
 def host_copies_issued() -> int:
     """How many asynchronous copies to the host were issued so far (what an Event
     waits for when it synchronizes)."""
-    return _issued
+    return _copies_issued
 
 
 def host_copies_done(upto: int) -> bool:

@@ -29,30 +29,8 @@ from torch_pjrt.serving.vllm.decode_graphs import DecodeGraphs
 logger = init_logger("vllm.plugins.pjrt")
 
 
-class _Event(torch.pjrt.Event):
-    """``torch.Event(device=None, *, ...)`` and ``torch.cuda.Event(enable_timing, ...)``
-    as a pjrt event."""
-
-    def __init__(self, *args, enable_timing=False, blocking=False, **kwargs):
-        if args and isinstance(args[0], bool):
-            enable_timing = args[0]
-        super().__init__(enable_timing=enable_timing, blocking=blocking)
-
-
-class _Stream(torch.pjrt.Stream):
-    """``torch.cuda.Stream(device, priority)`` as the pjrt device's stream."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__()
-
-
-# (classes stay classes: Dynamo tests values with isinstance against them)
-_CUDA_STREAMS = {
-    "Event": _Event,
-    "Stream": _Stream,
-    "current_stream": lambda device=None: torch.pjrt.current_stream(),
-    "stream": torch.pjrt.stream,
-}
+# torch.cuda's names the runner calls, and torch.pjrt's of the same signature
+_STREAM_API = ("Event", "Stream", "current_stream", "stream")
 
 
 @contextlib.contextmanager
@@ -61,9 +39,9 @@ def _pjrt_streams(building: bool = False):
     and while it is built ``torch.Event``: the input preparation's event, the
     asynchronous output copy of async scheduling) made as pjrt ones while the runner's
     own code runs; put back after it (the engine's process runs nothing else then)."""
-    patched = [(torch.cuda, name, value) for name, value in _CUDA_STREAMS.items()]
+    patched = [(torch.cuda, name, getattr(torch.pjrt, name)) for name in _STREAM_API]
     if building:
-        patched.append((torch, "Event", _Event))
+        patched.append((torch, "Event", torch.pjrt.Event))
     saved = [(module, name, getattr(module, name)) for module, name, _ in patched]
     try:
         for module, name, value in patched:
