@@ -21,8 +21,16 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_doctor_text(capsys):
     assert cli.main(["doctor"]) == 0
     out = capsys.readouterr().out
-    for word in ("torch_pjrt doctor", "torch", "jax", "jaxlib", "platform", "pjrt:0", "smoke",
-                 "device guard  C++"):
+    for word in (
+        "torch_pjrt doctor",
+        "torch",
+        "jax",
+        "jaxlib",
+        "platform",
+        "pjrt:0",
+        "smoke",
+        "device guard  C++",
+    ):
         assert word in out
     assert out.rstrip().endswith("result        OK")
 

@@ -108,8 +108,12 @@ def test_memory_stats_have_cudas_keys_and_accelerator_reads_them(monkeypatch, no
     monkeypatch.setattr(torch.cuda.memory, "memory_stats", lambda device=None: stats)
     summary = torch.cuda.memory_summary()  # KeyError if a key it reads were missing
     assert "Allocated memory" in summary and "Non-releasable" in summary
-    for key in ("active_bytes.all.peak", "reserved_bytes.all.peak", "num_alloc_retries",
-                "num_ooms"):  # what TorchTitan's memory monitor reads
+    for key in (
+        "active_bytes.all.peak",
+        "reserved_bytes.all.peak",
+        "num_alloc_retries",
+        "num_ooms",
+    ):  # what TorchTitan's memory monitor reads
         assert key in stats
     assert stats["allocated_bytes.large_pool.current"] >= keep.nbytes
     assert stats["allocated_bytes.small_pool.current"] >= small.nbytes
@@ -119,8 +123,11 @@ def test_memory_stats_have_cudas_keys_and_accelerator_reads_them(monkeypatch, no
     assert stats["active_bytes.all.current"] == stats["allocated_bytes.all.current"]
     A = torch.accelerator
     assert A.memory_stats() == stats == torch.pjrt.memory.memory_stats()
-    assert A.memory_allocated() == torch.pjrt.memory_allocated() == stats[
-        "allocated_bytes.all.current"]
+    assert (
+        A.memory_allocated()
+        == torch.pjrt.memory_allocated()
+        == stats["allocated_bytes.all.current"]
+    )
     assert A.max_memory_allocated() == torch.pjrt.max_memory_allocated()
     assert A.memory_reserved() == torch.pjrt.memory_reserved()
     assert A.get_memory_info() == torch.pjrt.mem_get_info()
@@ -146,8 +153,14 @@ def test_memory_figures_from_a_platform_that_reports_them(monkeypatch):
     the reset shows through."""
     from torch_pjrt.runtime import properties
 
-    reported = {"bytes_in_use": 100, "peak_bytes_in_use": 900, "bytes_reserved": 1000,
-                "peak_bytes_reserved": 2000, "num_allocs": 7, "bytes_limit": 4096}
+    reported = {
+        "bytes_in_use": 100,
+        "peak_bytes_in_use": 900,
+        "bytes_reserved": 1000,
+        "peak_bytes_reserved": 2000,
+        "num_allocs": 7,
+        "bytes_limit": 4096,
+    }
     monkeypatch.setattr(properties, "_platform_stats", lambda device: dict(reported))
     monkeypatch.setattr(properties, "_peaks", {})
     monkeypatch.setattr(properties, "_reset_at", {})

@@ -17,8 +17,7 @@ import torch
 import torch.distributed as dist
 
 from tests import expectations
-from tests.scripts import free_port
-from torch_pjrt.runtime.launch import local_cpu_env, local_torchrun_command
+from torch_pjrt.runtime.launch import free_port, local_cpu_env, local_torchrun_command
 
 SCRIPTS = Path(__file__).parent / "distributed_scripts"
 WORKER = SCRIPTS / "collectives_worker.py"

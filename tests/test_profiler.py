@@ -9,7 +9,6 @@ import glob
 import gzip
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import torch_pjrt
+from torch_pjrt.runtime.launch import free_port
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -123,12 +123,6 @@ def test_compiled_graphs_and_no_spans_outside_a_profile(tmp_path):
     torch.testing.assert_close(y.cpu(), model(x).cpu())
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _get(url: str):
     with urllib.request.urlopen(url, timeout=30) as reply:
         body = reply.read()
@@ -150,7 +144,7 @@ def test_device_trace_opens_in_xprof(tmp_path):
         n and n.startswith("PjitFunction(fused_") for n in names
     ), sorted(n for n in names if n and "Pjit" in n)
 
-    port = _free_port()
+    port = free_port()
     xprof = os.path.join(os.path.dirname(sys.executable), "xprof")
     server = subprocess.Popen(
         [xprof, "--logdir", str(tmp_path / "logs"), "--port", str(port)],

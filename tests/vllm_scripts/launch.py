@@ -3,16 +3,11 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from torch_pjrt.runtime.launch import free_port
 
 
 def start(model, args, log, env=None) -> tuple[subprocess.Popen, str]:

@@ -31,6 +31,7 @@ __all__ = ["install"]
 
 _PRIVATEUSE1 = int(torch._C._autograd.DeviceType.PrivateUse1.value)
 
+
 def _on_pjrt() -> bool:
     accelerator = torch._C._accelerator_getAccelerator()
     return accelerator is not None and accelerator.type == "pjrt"

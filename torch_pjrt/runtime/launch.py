@@ -74,24 +74,41 @@ def coordinator_address(env: dict) -> str:
     return f"{host}:{port}"
 
 
-def free_port_pair(host: str = "127.0.0.1") -> int:
-    """A local port p with p and p + 1 free: a ``--master_port`` for torchrun on one
-    machine (torch's store on p, JAX's coordinator on p + 1, as above)."""
+def _ephemeral_low() -> int:
+    """The lowest port the kernel hands out to outgoing connections and ``bind(0)``."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default; other systems: IANA's range starts higher
+
+
+def free_port(host: str = "127.0.0.1", count: int = 1) -> int:
+    """A local port p with p .. p + count - 1 free now, drawn at random *below* the
+    ephemeral range: a port that ``bind(0)`` picked would be free only until the next
+    outgoing connection on the machine takes it as its local port (the RPC servers
+    that bind it a second later then fail with "address in use")."""
+    import random
     import socket
 
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind((host, 0))
-            port = s.getsockname()[1]
-        if port >= 65535:
-            continue
+    high = max(1024 + count + 1, _ephemeral_low() - count)
+    low = max(1024, high - 20000)
+    for _ in range(200):
+        port = random.randrange(low, high)
         try:
-            with socket.socket() as s:
-                s.bind((host, port + 1))
+            for p in range(port, port + count):
+                with socket.socket() as s:
+                    s.bind((host, p))
         except OSError:
             continue
         return port
-    raise RuntimeError("no free pair of consecutive ports for torchrun and JAX's coordinator")
+    raise RuntimeError(f"no {count} free consecutive ports on {host} between {low} and {high}")
+
+
+def free_port_pair(host: str = "127.0.0.1") -> int:
+    """A ``--master_port`` for torchrun on one machine: torch's store on p, JAX's
+    coordinator on p + 1 (:func:`coordinator_address`), both free."""
+    return free_port(host, count=2)
 
 
 def local_cpu_env(base: dict | None = None) -> dict:
