@@ -144,7 +144,37 @@ def gemma2(models: str) -> dict:
     }
 
 
+def slot_mapping(models: str) -> dict:
+    """The model runner's slot mapping on the host (slot_mapping.on_host) against the
+    torch-ops version of vLLM's kernel on pjrt, for a batch of mixed prefill and decode
+    rows over random block tables: the slots each computes (no engine)."""
+    import numpy as np
+    import torch
+    from vllm.v1.worker.block_table import BlockTable
+
+    from torch_pjrt.serving.vllm import slot_mapping as sm
+
+    rng = np.random.default_rng(0)
+    table = BlockTable(16, 4, 8, 64, False, torch.device("pjrt"), 1)
+    table.block_table.np[:] = rng.permutation(64)[: 4 * 8].reshape(4, 8) + 1
+    table.block_table.copy_to_gpu()
+    q_lens, computed = np.array([5, 1, 17, 1]), np.array([0, 40, 3, 100])
+    req = np.repeat(np.arange(4), q_lens)
+    starts = np.concatenate([[0], np.cumsum(q_lens)])
+    pos = computed[req] + np.arange(req.size) - starts[req]
+    sm.on_host([table], req, pos)
+    host = table.slot_mapping.gpu.cpu().tolist()
+    table.slot_mapping.gpu.fill_(7)
+    sm.compute_slot_mapping(
+        req.size, 64, torch.tensor(starts, dtype=torch.int32, device="pjrt"),
+        torch.tensor(pos, device="pjrt"), table.block_table.gpu, 8, table.slot_mapping.gpu,
+        16, 1, 0, 1, -1, 1024,
+    )  # fmt: skip
+    return {"host": host, "kernel": table.slot_mapping.gpu.cpu().tolist(), "tokens": req.size}
+
+
 SCENARIOS = {
+    "slot_mapping": slot_mapping,
     "llama": llama,
     "qwen2_eager": lambda models: greedy(models, "qwen2", enforce_eager=True),
     "gpt2": lambda models: greedy(models, "gpt2"),

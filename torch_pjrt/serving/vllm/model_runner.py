@@ -23,7 +23,7 @@ from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 from vllm.v1.worker.utils import bind_kv_cache, map_kv_caches_to_kernel_blocks
 
-from torch_pjrt.serving.vllm import attention, generators
+from torch_pjrt.serving.vllm import attention, generators, slot_mapping
 from torch_pjrt.serving.vllm.decode_graphs import DecodeGraphs
 
 logger = init_logger("vllm.plugins.pjrt")
@@ -68,6 +68,22 @@ class PjrtModelRunner(CPUModelRunner):
         # (with async scheduling: the sampled tokens' copy to the host, not waited for)
         with _pjrt_streams():
             return super().sample_tokens(grammar_output)
+
+    def _prepare_inputs(self, scheduler_output, num_scheduled_tokens_np):
+        # the slot mapping from the host's values (slot_mapping.on_host), not by
+        # vLLM's kernel over the device's copies of them
+        block_table = self.input_batch.block_table
+        block_table.compute_slot_mapping = self._slot_mapping_on_host
+        try:
+            return super()._prepare_inputs(scheduler_output, num_scheduled_tokens_np)
+        finally:
+            del block_table.compute_slot_mapping
+
+    def _slot_mapping_on_host(self, num_reqs, query_start_loc, positions) -> None:
+        n = positions.shape[0]
+        req = self.req_indices.np[:n]  # (set by _prepare_inputs before this call)
+        pos = self.input_batch.num_computed_tokens_cpu[req] + self.query_pos.np[:n]
+        slot_mapping.on_host(self.input_batch.block_table.block_tables, req, pos)
 
     def _update_states(self, scheduler_output):
         # a seeded request's generator is a PjrtGenerator (generators.py)

@@ -1,6 +1,29 @@
-"""The block table's slot-mapping kernel (a Triton kernel in vLLM) in torch ops."""
+"""The block tables' slot mapping: on the host for the model runner's steps, and
+vLLM's Triton kernel in torch ops for its other callers."""
 
+import numpy as np
 import torch
+from vllm.v1.attention.backends.utils import PAD_SLOT_ID
+from vllm.v1.worker.block_table import SlotMappingMode
+
+
+def on_host(block_tables, req: np.ndarray, pos: np.ndarray) -> None:
+    """Each token's KV slot from the host's block tables (vLLM commits them to the
+    device as they are), written to each table's slot mapping buffer with the padding
+    past the tokens (PAD_SLOT_ID), then copied to the device whole: one copy, where the
+    kernel below records about twenty device ops a step. ``req`` and ``pos``: each
+    token's request row and position, the host values the device's are copied from
+    (exact: speculative decoding, whose host values are guesses, is refused on pjrt)."""
+    n = pos.shape[0]
+    for table in block_tables:
+        if table.slot_mapping_mode == SlotMappingMode.NONE:  # (recurrent state indices)
+            continue
+        assert table.dcp_world_size == 1, "context parallelism is not supported on pjrt"
+        size = table.block_size
+        slots = table.slot_mapping.np
+        slots[:n] = table.block_table.np[req, pos // size].astype(np.int64) * size + pos % size
+        slots[n:] = PAD_SLOT_ID
+        table.slot_mapping.copy_to_gpu()
 
 
 def compute_slot_mapping(
