@@ -27,6 +27,7 @@ from vllm.v1.attention.backend import (
 )
 from vllm.v1.kv_cache_interface import AttentionSpec, KVCacheLayout
 
+from torch_pjrt.device.tensor import argument, replace, write
 from torch_pjrt.modes import fused
 
 
@@ -323,6 +324,31 @@ def slot_index(slots: torch.Tensor, block_size: int) -> tuple[torch.Tensor, torc
 def write_rows(kv_cache: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor) -> None:
     """``rows`` ([T, Hkv, D + Dv]) into the cache's slots (:func:`slot_index`)."""
     write_at(kv_cache, rows, *slot_index(slots, kv_cache.shape[2]))
+
+
+def write_layers(writes: list) -> None:
+    """A decode graph's KV writes after its replay (``(kv_cache, rows, block, offset)``
+    a layer: :func:`write_at`'s arguments) as one op for all layers, where an indexing
+    op a layer costs its recording each step; each cache's new value is its own (its
+    old buffer donated in fused mode)."""
+    if not writes:
+        return
+    caches = tuple(argument(w[0], True) for w in writes)
+    rest = tuple(argument(t, True) for w in writes for t in w[1:])
+    index = writes[0][0].device.index or 0
+    new = fused.apply(_scatter_layers, (caches, rest), index, "kv writes")
+    for (cache, *_), value in zip(writes, new):
+        if not replace(cache, value, owned=True):  # (a cache that is a view)
+            write(cache, value, owned=True)
+
+
+def _scatter_layers(caches, rest):
+    """The new value of each cache: ``cache[block, :, offset] = rows`` (rows, block,
+    offset: three entries of ``rest`` a cache)."""
+    return tuple(
+        cache.at[rest[3 * i + 1], :, rest[3 * i + 2]].set(rest[3 * i].astype(cache.dtype))
+        for i, cache in enumerate(caches)
+    )
 
 
 def write_at(kv_cache: torch.Tensor, rows: torch.Tensor, block, offset) -> None:

@@ -87,8 +87,7 @@ class DecodeGraphs:
                 return None
         graph, out, writes = entry
         graph.replay()
-        for kv_cache, rows, block, offset in writes:
-            attention.write_at(kv_cache, rows, block, offset)
+        attention.write_layers(writes)
         return out
 
     def _capture(self, model, b: int, nb: int, ctx):
