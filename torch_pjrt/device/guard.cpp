@@ -12,6 +12,12 @@
 #include <ATen/SDPBackend.h>
 #include <ATen/core/Generator.h>
 #include <ATen/native/transformers/attention.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
+#include <ATen/ops/view_native.h>
 #include <ATen/core/GeneratorForPrivateuseone.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
@@ -339,7 +345,7 @@ int64_t sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
   return static_cast<int64_t>(at::SDPBackend::math);
 }
 
-std::unique_ptr<torch::Library> sdp_library;
+std::unique_ptr<torch::Library> aten_kernels;
 
 }  // namespace
 
@@ -362,10 +368,20 @@ int pjrt_guard_install(CountFn count, WaitFn wait) {
     at::_GeneratorRegister register_generator(&new_generator);
   }
   at::native::_fused_sdp_choice_stub.set_privateuse1_dispatch_ptr(&sdp_choice);
-  if (!sdp_library) {
-    sdp_library = std::make_unique<torch::Library>(
+  if (!aten_kernels) {
+    aten_kernels = std::make_unique<torch::Library>(
         torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
-    sdp_library->impl("_fused_sdp_choice", TORCH_FN(sdp_choice));
+    aten_kernels->impl("_fused_sdp_choice", TORCH_FN(sdp_choice));
+    // The view primitives: PyTorch's own (CPU's and CUDA's) kernels, which alias the
+    // storage with new sizes and strides and never touch the data, so any device's
+    // tensors take them; in C++ a view costs no call into Python (ops/views.py keeps
+    // the same kernels in Python for a process without this library).
+    aten_kernels->impl("as_strided", TORCH_FN(at::native::as_strided_tensorimpl));
+    aten_kernels->impl("view", TORCH_FN(at::native::view));
+    aten_kernels->impl("_reshape_alias", TORCH_FN(at::native::_reshape_alias));
+    aten_kernels->impl("unfold", TORCH_FN(at::native::unfold));
+    aten_kernels->impl("view_as_real", TORCH_FN(at::native::view_as_real));
+    aten_kernels->impl("view_as_complex", TORCH_FN(at::native::view_as_complex));
   }
   return 0;
 }

@@ -6,6 +6,7 @@ import logging
 
 import torch
 
+from torch_pjrt.device import guard
 from torch_pjrt.ops import (  # noqa: F401  (each module registers its lowerings)
     activation,
     arithmetic,
@@ -78,8 +79,10 @@ def install() -> None:
         return
     lib = torch.library.Library("aten", "IMPL")
     done = set()
+    in_cpp = views.IN_CPP if guard.native()[0] else frozenset()
     for op, fn in registry._RAW.items():
-        _impl(lib, op, fn)
+        if op not in in_cpp:  # (registered by the C++ library: device/guard.cpp)
+            _impl(lib, op, fn)
         done.add(op)
     registry._TABLE.update(foreach.derive(registry._TABLE))
     kernels = {}

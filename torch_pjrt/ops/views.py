@@ -58,17 +58,23 @@ def _meta_view(op):
     return kernel
 
 
-def register_meta_views(implements_fn) -> None:
-    """View primitives: PyTorch's Meta kernels make genuine views sharing the storage."""
-    for op in (
+# the view primitives the C++ library (device/guard.cpp) registers with PyTorch's own
+# kernels when it is built: then these Python ones are not registered (ops.install)
+IN_CPP = frozenset(
+    {
         aten.as_strided.default,
         aten.view.default,
         aten._reshape_alias.default,
         aten.unfold.default,
         aten.view_as_real.default,
         aten.view_as_complex.default,
-        aten.as_strided_.default,
-    ):
+    }
+)
+
+
+def register_meta_views(implements_fn) -> None:
+    """View primitives: PyTorch's Meta kernels make genuine views sharing the storage."""
+    for op in (*IN_CPP, aten.as_strided_.default):
         implements_fn(op)(_meta_view(op))
 
 
