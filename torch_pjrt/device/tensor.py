@@ -637,12 +637,27 @@ def _resolve_bits(t: torch.Tensor, a: jax.Array) -> jax.Array:
     return a
 
 
+_empties: dict = {}  # (shape, dtype, device index) -> an array without elements
+
+
+def _empty(shape: tuple, dtype: torch.dtype, index: int) -> jax.Array:
+    """An array of ``shape`` with no elements (a read of an empty tensor): made once per
+    shape, dtype and device (jnp.zeros runs an op of its own, ~60 us, each time)."""
+    key = (shape, dtype, index)
+    a = _empties.get(key)
+    if a is None or a.is_deleted():  # (a program that took it as its output donated it)
+        if len(_empties) > 256:
+            _empties.clear()
+        with jax.enable_x64(True):
+            a = _empties[key] = jnp.zeros(shape, jax_dtype(dtype), device=runtime.device(index))
+    return a
+
+
 def _read(t: torch.Tensor, lazy: bool = False) -> jax.Array:
     cell = cell_of(t)
     shape = tuple(t.shape)
     if t.numel() == 0:
-        with jax.enable_x64(True):
-            return jnp.zeros(shape, jax_dtype(t.dtype))
+        return _empty(shape, t.dtype, cell.index)
     a = cell.materialize(lazy)
     same_dtype = t.dtype == cell.dtype
     if same_dtype and a.shape == shape and t.storage_offset() == 0 and t.is_contiguous():
