@@ -135,15 +135,18 @@ def _check_logprobs(path, result):
 
 
 def test_qwen2_gpt2_preemption_and_unsupported_options(models):
-    """In one process: the runner's slot mapping on the host against vLLM's kernel;
-    options the plugin refuses (each names itself, before an engine starts); Qwen2 eager
-    and GPT-2 compiled, greedy; then a KV cache of 6 blocks for four requests that need
-    10: vLLM preempts and recomputes, and the tokens stay transformers' tokens."""
+    """In one process: the runner's slot mapping on the host against vLLM's kernel, and
+    a decode graph's KV writes of all layers against CPU's; options the plugin refuses
+    (each names itself, before an engine starts); Qwen2 eager and GPT-2 compiled,
+    greedy; then a KV cache of 6 blocks for four requests that need 10: vLLM preempts
+    and recomputes, and the tokens stay transformers' tokens."""
     results, log = _offline(
-        models, "slot_mapping", "unsupported", "qwen2_eager", "gpt2", "preemption", "gemma2"
-    )
+        models, "kv_writes", "slot_mapping", "unsupported", "qwen2_eager", "gpt2", "preemption",
+        "gemma2",
+    )  # fmt: skip
     slots = results["slot_mapping"]  # the runner's host slot mapping = vLLM's kernel's
     assert slots["host"] == slots["kernel"] and slots["host"][slots["tokens"]] == -1
+    assert results["kv_writes"]["equal"] == [True] * 4  # one op for all layers' writes
     errors = results["unsupported"]["errors"]
     assert errors["lora"].startswith("NotImplementedError: pjrt: LoRA")
     assert errors["speculative"].startswith("NotImplementedError: pjrt: speculative decoding")

@@ -173,7 +173,32 @@ def slot_mapping(models: str) -> dict:
     return {"host": host, "kernel": table.slot_mapping.gpu.cpu().tolist(), "tokens": req.size}
 
 
+def kv_writes(models: str) -> dict:
+    """A decode graph's KV writes of all layers as one op (attention.write_layers)
+    against the same writes made on CPU tensors, three caches and one that is a view of
+    a larger tensor: each cache's values after the writes (no engine)."""
+    import torch
+
+    from torch_pjrt.serving.vllm import attention
+
+    torch.manual_seed(0)
+    base = torch.randn(2, 6, 2, 4, 8)
+    caches = [torch.randn(6, 2, 4, 8) for _ in range(3)]
+    rows = [torch.randn(3, 2, 8) for _ in range(4)]
+    block, offset = torch.tensor([2, 5, 0]), torch.tensor([1, 3, 0])
+    on_pjrt = [c.to("pjrt") for c in caches]
+    base_pjrt = base.to("pjrt")
+    on_pjrt.append(base_pjrt[1])
+    caches.append(base[1])
+    pb, po = block.to("pjrt"), offset.to("pjrt")
+    attention.write_layers([(c, r.to("pjrt"), pb, po) for c, r in zip(on_pjrt, rows)])
+    for c, r in zip(caches, rows):
+        c[block, :, offset] = r
+    return {"equal": [torch.equal(a.cpu(), b) for a, b in zip(on_pjrt, caches)]}
+
+
 SCENARIOS = {
+    "kv_writes": kv_writes,
     "slot_mapping": slot_mapping,
     "llama": llama,
     "qwen2_eager": lambda models: greedy(models, "qwen2", enforce_eager=True),

@@ -1139,9 +1139,9 @@ ENTRIES = (
     ),
     Entry(
         "runtime-no-free-port-pair",
-        r"no free pair of consecutive ports",
-        meaning="torch_pjrt looked for two adjacent free local ports (torch's store on p, JAX's "
-        "coordinator on p + 1) and found none after 50 tries.",
+        r"free consecutive ports on .* between",
+        meaning="torch_pjrt looked for adjacent free local ports below the ephemeral range "
+        "(torch's store on p, JAX's coordinator on p + 1) and found none in 200 random tries.",
         cause="Ports are scarce on the host (other jobs or leftover worker processes hold them) when "
         "a launcher without torchrun's environment, or the test helpers, start JAX's coordinator.",
         fix="Stop stale processes holding ports, or launch with torchrun, whose MASTER_PORT and "
