@@ -28,7 +28,8 @@ Columns: ``tok/s`` (output tokens of all requests over the wall time from the fi
 request sent to the last token received; median over ``--runs`` rounds after one warm-up
 round per concurrency, which compiles), ``x CPU`` (tok/s over CPU transformers'
 single-stream tok/s), ``TTFT ms`` (the median over the requests of the time to the first
-streamed token; for CPU, ``generate`` of one token). The targets of issue 21 item 4:
+streamed token; for CPU, ``generate`` of one token), ``rounds`` (the slowest and the
+fastest round's tok/s). The targets of issue 21 item 4:
 c=16 at least 4x CPU, c=1 at least 1x. The load average is printed at start and end.
 """
 
@@ -82,7 +83,11 @@ def cpu_transformers(path, new_tokens: int, runs: int) -> dict:
         t0 = time.perf_counter()
         gen(1)
         firsts.append(time.perf_counter() - t0)
-    return {"tok_s": statistics.median(rates), "ttft_ms": 1e3 * statistics.median(firsts)}
+    return {
+        "tok_s": statistics.median(rates),
+        "range": (min(rates), max(rates)),
+        "ttft_ms": 1e3 * statistics.median(firsts),
+    }
 
 
 def start_server(
@@ -154,8 +159,10 @@ def bench_model(hidden: int, layers: int, args, work: pathlib.Path) -> dict:
                     rounds = [
                         round_at(url, str(path), c, args.new_tokens) for _ in range(args.runs)
                     ]
+                    rates = [r["tok_s"] for r in rounds]
                     rows[f"pjrt vllm c={c}{' sync' * sync}"] = {
-                        "tok_s": statistics.median(r["tok_s"] for r in rounds),
+                        "tok_s": statistics.median(rates),
+                        "range": (min(rates), max(rates)),
                         "ttft_ms": statistics.median(r["ttft_ms"] for r in rounds),
                     }
             finally:
@@ -203,9 +210,13 @@ def main(argv=None) -> int:
             f"\nLlama hidden {hidden}, {layers} layers, {args.new_tokens} new tokens a "
             f"request, vLLM {mode}, torch threads {args.threads}"
         )
-        print(f"{'':20} {'tok/s':>9} {'x CPU':>7} {'TTFT ms':>9}")
+        print(f"{'':20} {'tok/s':>9} {'x CPU':>7} {'TTFT ms':>9} {'rounds':>11}")
         for name, row in rows.items():
-            print(f"{name:20} {row['tok_s']:9.1f} {row['tok_s'] / base:7.2f} {row['ttft_ms']:9.1f}")
+            lo, hi = row["range"]
+            print(
+                f"{name:20} {row['tok_s']:9.1f} {row['tok_s'] / base:7.2f} "
+                f"{row['ttft_ms']:9.1f} {lo:5.0f}-{hi:<5.0f}"
+            )
     print("\nload average at end: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     if args.json:
         payload = {"args": {**vars(args), "models": list(results)}, "models": results}

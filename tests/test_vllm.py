@@ -86,9 +86,10 @@ def test_plugin_is_registered_for_vllm():
 
 def test_llama_compiled_chunked_prefill_prefix_cache_and_seeded_sampling(models):
     """The default (compiled) engine with a 16-token prefill budget, so the prompts of
-    19 and 29 tokens are prefilled in chunks; the second round hits the prefix cache."""
-    result, log = _offline(models, "llama")
-    result = result["llama"]
+    19 and 29 tokens are prefilled in chunks; the second round hits the prefix cache.
+    Then a default engine given prompts of new lengths in buckets it has run."""
+    results, log = _offline(models, "llama", "new_lengths")
+    result = results["llama"]
     want = tiny_models.greedy(models / "llama", PROMPTS, 12)
     assert result["greedy"] == want
     assert result["greedy_again"] == want
@@ -110,6 +111,14 @@ def test_llama_compiled_chunked_prefill_prefix_cache_and_seeded_sampling(models)
     # the decode steps ran as captured graphs (decode_graphs.py), none refused
     assert "pjrt: captured the decode graph of" in log
     assert "decode steps run without graphs" not in log
+    # the runner's bookkeeping on the host (model_runner.py): a step's programs depend on
+    # its buckets, not on its exact token count, so new prompt lengths compile nothing
+    *_, third, fourth = results["new_lengths"]["compilations"]
+    assert third == 0, f"prompts of new lengths in known buckets compiled {third} programs"
+    assert fourth > 0  # (a new request count does: the counter counts)
+    prompts = [list(range(5, 5 + n)) for n in (6, 14)]
+    assert results["new_lengths"]["greedy"] == tiny_models.greedy(models / "llama", prompts, 6)
+    assert "pjrt: warmed up the model for" in log
 
 
 def _check_logprobs(path, result):

@@ -197,6 +197,25 @@ def kv_writes(models: str) -> dict:
     return {"equal": [torch.equal(a.cpu(), b) for a, b in zip(on_pjrt, caches)]}
 
 
+def new_lengths(models: str) -> dict:
+    """Prompts of new lengths in buckets the engine has run: the programs compiled
+    (torch_pjrt's counters in the engine's process) by batches of two prompts of 9 and
+    12 tokens, of 7 and 15, then of 6 and 14 (the same buckets: 32 tokens a prefill
+    step, 2 requests, up to 2 KV blocks each; the second batch meets the step
+    boundaries the third meets), then of three prompts; the tokens of the third batch,
+    for the test to compare with transformers."""
+    llm = _engine(models, "llama", max_num_batched_tokens=64)  # (7 buckets to warm)
+    sp = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
+    counts, tokens = [], None
+    for lengths in ([9, 12], [7, 15], [6, 14], [3, 8, 6]):
+        before = llm.collective_rpc("pjrt_metrics")[0]["compilations"]
+        prompts = [{"prompt_token_ids": list(range(5, 5 + n))} for n in lengths]
+        out = _tokens(llm.generate(prompts, sp))
+        tokens = out if lengths == [6, 14] else tokens
+        counts.append(llm.collective_rpc("pjrt_metrics")[0]["compilations"] - before)
+    return {"compilations": counts, "greedy": tokens}
+
+
 SCENARIOS = {
     "kv_writes": kv_writes,
     "slot_mapping": slot_mapping,
@@ -206,6 +225,7 @@ SCENARIOS = {
     "preemption": preemption,
     "gemma2": gemma2,
     "unsupported": unsupported,
+    "new_lengths": new_lengths,
 }
 
 

@@ -140,7 +140,8 @@ def build(kind: str, path, hidden: int = 64, layers: int = 2) -> pathlib.Path:
 def greedy(path, prompts, max_tokens: int, chat: bool = False) -> list[list[int]]:
     """transformers' greedy ``generate`` on CPU: the new token ids of each prompt, never
     stopping at the end-of-text token (as vLLM's ``ignore_eos``). With ``chat``, each
-    prompt is a list of messages put through the chat template."""
+    prompt is a list of messages put through the chat template; a list of ints is the
+    prompt's token ids."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(path)
@@ -148,7 +149,9 @@ def greedy(path, prompts, max_tokens: int, chat: bool = False) -> list[list[int]
     model.generation_config.eos_token_id = None
     out = []
     for prompt in prompts:
-        if chat:
+        if isinstance(prompt, list) and not chat:
+            ids = torch.tensor([prompt])
+        elif chat:
             ids = tok.apply_chat_template(prompt, add_generation_prompt=True, return_tensors="pt")
             ids = ids["input_ids"] if not isinstance(ids, torch.Tensor) else ids
         else:

@@ -224,6 +224,9 @@ class PjrtAttentionImpl(AttentionImpl):
                 "and the metadata builder padded it differently (a torch_pjrt bug)"
             )
         rows = torch.cat([key[:t], value[:t].to(key.dtype)], dim=-1)  # [T, Hkv, D + Dv]
+        # (the runner keeps the slot mapping on the host and copies it for the model's
+        # steps; vLLM's dummy runs pass the host's)
+        slot_mapping = slot_mapping.to(kv_cache.device, non_blocking=True)
         if md is None:  # a dummy run: no attention follows
             write_rows(kv_cache, rows, slot_mapping[:t])
             return

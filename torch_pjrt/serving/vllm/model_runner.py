@@ -1,18 +1,28 @@
 """The model runner: the model, its inputs and the KV cache on pjrt.
 
 Derived from vLLM's CPUModelRunner (vllm/v1/worker/cpu_model_runner.py), which
-itself is GPUModelRunner with the accelerator APIs stubbed out. Unlike the CPU
-runner, the device halves of the CpuGpuBuffers stay device ("pjrt") tensors:
-the host side (numpy/CPU tensors) keeps the bookkeeping and each step copies
-input ids, positions, block tables and the rest to the device, as on CUDA.
+itself is GPUModelRunner with the accelerator APIs stubbed out. What runs where:
+
+- vLLM's bookkeeping arithmetic of a step (each token's request and position, the
+  query starts, sequence lengths and computed tokens: ``_HOST_BUFFERS`` and
+  ``_HOST_TENSORS``) runs on the host, as in the CPU runner.
+- What the model and the sampler read is on pjrt, each copied to the device whole or
+  padded to the step's bucket, so that the copies' shapes never follow the step's
+  exact token or request count: the token ids (kept on the device, where asynchronous
+  scheduling writes the last step's sampled tokens into them), the block tables, the
+  positions and slot mapping (``_model_forward``), the attention metadata (built on
+  the host: attention.py) and the padding mask.
 """
 
 import contextlib
 import dataclasses
+import functools
 from contextlib import AbstractContextManager, nullcontext
 
+import numpy as np
 import torch
 from vllm.config import VllmConfig
+from vllm.forward_context import get_forward_context
 from vllm.logger import init_logger
 from vllm.v1.kv_cache_interface import (
     KVCacheConfig,
@@ -31,6 +41,28 @@ logger = init_logger("vllm.plugins.pjrt")
 
 # torch.cuda's names the runner calls, and torch.pjrt's of the same signature
 _STREAM_API = ("Event", "Stream", "current_stream", "stream")
+
+# GPUModelRunner's bookkeeping that only its input preparation computes with, kept on
+# the host as vLLM's CPU runner keeps it: its per-step arithmetic then runs as CPU ops.
+# On pjrt it was about 30 recorded device ops whose shapes follow the step's exact token
+# and request counts, so that each new mix of prompts compiled new programs (15 to 30
+# programs each time requests arrived in a new pattern). CpuGpuBuffers, then tensors:
+_HOST_BUFFERS = (
+    "query_start_loc", "req_indices", "query_pos", "num_scheduled_tokens",
+    "num_accepted_tokens", "prev_positions", "prev_num_draft_tokens",
+)  # fmt: skip
+_HOST_TENSORS = ("positions", "seq_lens", "num_computed_tokens")
+
+
+def _copy_whole(buffer, n: int | None = None, clear: bool = False) -> torch.Tensor:
+    """``CpuGpuBuffer.copy_to_gpu`` copying the whole buffer: a copy of the same shape
+    every step. Rows past ``n`` are padding, which nothing reads but a padded batch's
+    padding rows; ``clear`` zeroes them first (token ids: past ``n`` the host's buffer
+    keeps older steps' rows, with the placeholders of tokens still being sampled)."""
+    if clear and n is not None:
+        buffer.np[n:] = 0
+    buffer.gpu.copy_(buffer.cpu, non_blocking=True)
+    return buffer.gpu if n is None else buffer.gpu[:n]
 
 
 @contextlib.contextmanager
@@ -57,10 +89,21 @@ class PjrtModelRunner(CPUModelRunner):
         # CPUModelRunner.__init__ asserts device == cpu and then points every
         # CpuGpuBuffer's .gpu at its .cpu; skip both and run GPUModelRunner's
         # __init__ with its streams and events made on pjrt, so device-side buffers
-        # are real pjrt tensors.
+        # are real pjrt tensors; then the bookkeeping ones go to the host.
         with _pjrt_streams(building=True):
             GPUModelRunner.__init__(self, vllm_config, device)
         self.use_cuda_graph = False
+        for name in _HOST_BUFFERS:
+            buffer = getattr(self, name)
+            buffer.gpu = buffer.cpu
+        self._device_positions = self.positions  # (dummy runs call the model directly)
+        for name in _HOST_TENSORS:
+            setattr(self, name, torch.zeros_like(getattr(self, name), device="cpu"))
+        # the token ids stay on the device (async scheduling writes the last step's
+        # sampled tokens into them there), copied whole
+        self.input_ids.copy_to_gpu = functools.partial(_copy_whole, self.input_ids, clear=True)
+        mask = self.discard_request_mask  # (the sampler reads its rows of the requests)
+        mask.copy_to_gpu = functools.partial(_copy_whole, mask)
         generators.install()
         self.decode_graphs = None  # made with the KV cache (initialize_kv_cache_tensors)
 
@@ -70,10 +113,14 @@ class PjrtModelRunner(CPUModelRunner):
             return super().sample_tokens(grammar_output)
 
     def _prepare_inputs(self, scheduler_output, num_scheduled_tokens_np):
-        # the slot mapping from the host's values (slot_mapping.on_host), not by
-        # vLLM's kernel over the device's copies of them
+        # the slot mapping from the host's values (slot_mapping.on_host), not by vLLM's
+        # kernel over the device's copies of them, in a host buffer; the block tables
+        # committed whole (both set here: the tables are remade with the input batch)
         block_table = self.input_batch.block_table
         block_table.compute_slot_mapping = self._slot_mapping_on_host
+        for table in block_table.block_tables:
+            table.block_table.copy_to_gpu = functools.partial(_copy_whole, table.block_table)
+            table.slot_mapping.gpu = table.slot_mapping.cpu  # (copied in _model_forward)
         try:
             return super()._prepare_inputs(scheduler_output, num_scheduled_tokens_np)
         finally:
@@ -85,10 +132,26 @@ class PjrtModelRunner(CPUModelRunner):
         pos = self.input_batch.num_computed_tokens_cpu[req] + self.query_pos.np[:n]
         slot_mapping.on_host(self.input_batch.block_table.block_tables, req, pos)
 
+    def _prepare_padding_mask(self, num_tokens_unpadded: int, num_tokens_padded: int):
+        """Which of the step's padded tokens are padding (read by mixture-of-experts
+        routers), made on the host and copied whole. vLLM fills the two parts of a
+        device buffer: ops whose shapes follow the step's exact token count, so each new
+        count made a new program."""
+        mask = np.arange(num_tokens_padded) >= num_tokens_unpadded
+        return torch.from_numpy(mask).to(self.device, non_blocking=True)
+
     def _update_states(self, scheduler_output):
         # a seeded request's generator is a PjrtGenerator (generators.py)
         with generators.pjrt_generators():
             return super()._update_states(scheduler_output)
+
+    def _dummy_run(self, *args, **kwargs):
+        # (vLLM's dummy runs call the model with rows of self.positions: the device's)
+        host, self.positions = self.positions, self._device_positions
+        try:
+            return super()._dummy_run(*args, **kwargs)
+        finally:
+            self.positions = host
 
     def _dummy_sampler_run(self, *args, **kwargs):
         with generators.pjrt_generators():
@@ -119,6 +182,15 @@ class PjrtModelRunner(CPUModelRunner):
         inputs_embeds=None,
         **model_kwargs,
     ):
+        # what the model reads of the host's bookkeeping, copied whole (its bucket's rows)
+        if positions is not None and positions.device.type == "cpu":
+            positions = positions.to(self.device, non_blocking=True)
+        ctx = get_forward_context()
+        if ctx.slot_mapping:
+            ctx.slot_mapping = {
+                name: slots.to(self.device, non_blocking=True)
+                for name, slots in ctx.slot_mapping.items()
+            }
         graphs = self.decode_graphs
         if graphs is not None:
             bucket = graphs.bucket(

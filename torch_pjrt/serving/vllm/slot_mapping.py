@@ -10,10 +10,12 @@ from vllm.v1.worker.block_table import SlotMappingMode
 def on_host(block_tables, req: np.ndarray, pos: np.ndarray) -> None:
     """Each token's KV slot from the host's block tables (vLLM commits them to the
     device as they are), written to each table's slot mapping buffer with the padding
-    past the tokens (PAD_SLOT_ID), then copied to the device whole: one copy, where the
-    kernel below records about twenty device ops a step. ``req`` and ``pos``: each
-    token's request row and position, the host values the device's are copied from
-    (exact: speculative decoding, whose host values are guesses, is refused on pjrt)."""
+    past the tokens (PAD_SLOT_ID), which reaches the device as one copy of the step's
+    bucket of rows (the model runner keeps the buffer on the host and copies it with
+    the model's inputs), where the kernel below records about twenty device ops a step.
+    ``req`` and ``pos``: each token's request row and position, the host values the
+    device's are copied from (exact: speculative decoding, whose host values are
+    guesses, is refused on pjrt)."""
     n = pos.shape[0]
     for table in block_tables:
         if table.slot_mapping_mode == SlotMappingMode.NONE:  # (recurrent state indices)

@@ -10,6 +10,7 @@ logprobs mixed pjrt and CPU tensors with it).
 from __future__ import annotations
 
 import os
+import time
 from contextlib import AbstractContextManager, nullcontext
 
 import torch
@@ -19,6 +20,8 @@ from vllm.platforms import current_platform
 from vllm.utils.torch_utils import set_random_seed
 from vllm.v1.worker.gpu_worker import Worker, init_worker_distributed_environment
 from vllm.v1.worker.worker_base import CompilationTimes
+
+from torch_pjrt.serving.vllm import attention
 
 logger = init_logger("vllm.plugins.pjrt")
 
@@ -93,8 +96,39 @@ class PjrtWorker(Worker):
         return size
 
     def compile_or_warm_up_model(self) -> CompilationTimes:
+        if not self.model_config.enforce_eager:
+            self._warm_up_token_buckets()
         set_random_seed(self.model_config.seed, self.parallel_config.data_parallel_index)
         return CompilationTimes(
             language_model=self.compilation_config.compilation_time,
             encoder=self.compilation_config.encoder_compilation_time,
+        )
+
+    def pjrt_metrics(self) -> dict:
+        """torch_pjrt's counters in this worker's process (``torch_pjrt.metrics``:
+        compilations and their causes, host syncs, transfers). The engine runs in a
+        process of its own; ``llm.collective_rpc("pjrt_metrics")`` reads them, one
+        dict a worker."""
+        import torch_pjrt
+
+        return torch_pjrt.metrics.as_dict()
+
+    def _warm_up_token_buckets(self) -> None:
+        """Compile the model's programs for every bucket of a step's token count now
+        (``attention.padded``: the powers of two up to the step's token budget), not at
+        the first step of each bucket, which would wait for them (vLLM's GPU worker
+        warms its compile sizes the same way): a dummy step a bucket, largest first.
+        (The attention between the compiled parts still records its ops at a bucket's
+        first real step: a dummy step of many tokens has no metadata a real step has.)"""
+        runner = self.model_runner
+        cap = runner.max_num_tokens
+        sizes = sorted({attention.padded(1 << k, cap) for k in range(cap.bit_length())})
+        start = time.perf_counter()
+        for size in reversed(sizes):
+            runner._dummy_run(size, skip_eplb=True, remove_lora=False)
+        logger.info(
+            "pjrt: warmed up the model for %d token buckets (%s) in %.1f s",
+            len(sizes),
+            ", ".join(map(str, sizes)),
+            time.perf_counter() - start,
         )
