@@ -104,6 +104,7 @@ class PjrtModelRunner(CPUModelRunner):
         self.input_ids.copy_to_gpu = functools.partial(_copy_whole, self.input_ids, clear=True)
         mask = self.discard_request_mask  # (the sampler reads its rows of the requests)
         mask.copy_to_gpu = functools.partial(_copy_whole, mask)
+        self._host_tables = None  # the block tables _prepare_inputs set up last
         generators.install()
         self.decode_graphs = None  # made with the KV cache (initialize_kv_cache_tensors)
 
@@ -114,13 +115,14 @@ class PjrtModelRunner(CPUModelRunner):
 
     def _prepare_inputs(self, scheduler_output, num_scheduled_tokens_np):
         # the slot mapping from the host's values (slot_mapping.on_host), not by vLLM's
-        # kernel over the device's copies of them, in a host buffer; the block tables
-        # committed whole (both set here: the tables are remade with the input batch)
+        # kernel over the device's copies of them
         block_table = self.input_batch.block_table
+        if block_table is not self._host_tables:  # (new tables come with a new batch)
+            for table in block_table.block_tables:  # committed whole; slots on the host
+                table.block_table.copy_to_gpu = functools.partial(_copy_whole, table.block_table)
+                table.slot_mapping.gpu = table.slot_mapping.cpu  # (see _model_forward)
+            self._host_tables = block_table
         block_table.compute_slot_mapping = self._slot_mapping_on_host
-        for table in block_table.block_tables:
-            table.block_table.copy_to_gpu = functools.partial(_copy_whole, table.block_table)
-            table.slot_mapping.gpu = table.slot_mapping.cpu  # (copied in _model_forward)
         try:
             return super()._prepare_inputs(scheduler_output, num_scheduled_tokens_np)
         finally:
