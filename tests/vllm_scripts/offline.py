@@ -202,8 +202,9 @@ def new_lengths(models: str) -> dict:
     (torch_pjrt's counters, read as users read them: ``collective_rpc``) by batches of
     two prompts of 9 and 12 tokens, of 7 and 15, then of 6 and 14 (the same buckets: 32
     tokens a prefill step, 2 requests, up to 2 KV blocks each; the second batch meets
-    the step boundaries the third meets), then of three prompts; the tokens of the
-    third batch, for the test to compare with transformers."""
+    the step boundaries the third meets), then of three prompts (a new bucket of
+    requests, 4), then of four (the same buckets, a new exact request count); the
+    tokens of the third batch, for the test to compare with transformers."""
     # (7 buckets to warm; the engine in this process, so that a batch's prompts all
     # reach the scheduler before its first step: an engine process of its own may start
     # a step with the first prompt alone, as the machine's load decides)
@@ -214,7 +215,7 @@ def new_lengths(models: str) -> dict:
         del os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"]
     sp = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
     counts, tokens = [], None
-    for lengths in ([9, 12], [7, 15], [6, 14], [3, 8, 6]):
+    for lengths in ([9, 12], [7, 15], [6, 14], [3, 8, 6], [4, 9, 5, 7]):
         before = llm.collective_rpc("pjrt_metrics")[0]["compilations"]
         prompts = [{"prompt_token_ids": list(range(5, 5 + n))} for n in lengths]
         out = _tokens(llm.generate(prompts, sp))

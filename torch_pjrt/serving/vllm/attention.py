@@ -80,6 +80,11 @@ def padded(n: int, cap: int) -> int:
     return max(n, min(1 << max(n - 1, 0).bit_length(), cap))
 
 
+def buckets(cap: int) -> list[int]:
+    """Every bucket of a count up to ``cap`` (:func:`padded`), ascending."""
+    return sorted({padded(1 << k, cap) for k in range(cap.bit_length())})
+
+
 @dataclass
 class PjrtAttentionMetadata:
     """A step's attention inputs, padded to buckets so that the step's programs depend on
@@ -329,6 +334,24 @@ def write_rows(kv_cache: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor) 
     write_at(kv_cache, rows, *slot_index(slots, kv_cache.shape[2]))
 
 
+def warm_up_writes(kv_caches, sizes, dtype: torch.dtype) -> None:
+    """Compile the KV write of a step (:func:`write_rows`, a program of its own after
+    the step's attention) for each bucket of token rows in ``sizes`` and each shape of
+    cache, writing rows of zeros to the null block (slot -1). The warm-up's dummy steps
+    write no KV (vLLM runs them without slot mappings)."""
+    shapes = set()
+    for cache in kv_caches:
+        if (cache.shape, cache.dtype) in shapes:
+            continue
+        shapes.add((cache.shape, cache.dtype))
+        for t in sizes:
+            rows = torch.zeros((t, *cache.shape[1::2]), dtype=dtype, device=cache.device)
+            slots = torch.full((t,), -1, dtype=torch.int64).to(cache.device)
+            fused.flush_all("warm-up")  # (the step's rows and slots: arrays of their own)
+            write_rows(cache, rows, slots)
+            fused.flush_all("warm-up")
+
+
 def write_layers(writes: list) -> None:
     """A decode graph's KV writes after its replay (``(kv_cache, rows, block, offset)``
     a layer: :func:`write_at`'s arguments) as one op for all layers, where an indexing
@@ -343,6 +366,9 @@ def write_layers(writes: list) -> None:
     for (cache, *_), value in zip(writes, new):
         if not replace(cache, value, owned=True):  # (a cache that is a view)
             write(cache, value, owned=True)
+    # (a program of its own, which depends on the batch's bucket alone; recorded with
+    # the sampler's ops, which follow the exact request count, it would not)
+    fused.flush_all("the decode step's KV writes")
 
 
 def _scatter_layers(caches, rest):

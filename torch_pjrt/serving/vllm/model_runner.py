@@ -33,6 +33,7 @@ from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 from vllm.v1.worker.utils import bind_kv_cache, map_kv_caches_to_kernel_blocks
 
+from torch_pjrt.modes import fused
 from torch_pjrt.serving.vllm import attention, generators, slot_mapping
 from torch_pjrt.serving.vllm.decode_graphs import DecodeGraphs
 
@@ -105,6 +106,12 @@ class PjrtModelRunner(CPUModelRunner):
         mask = self.discard_request_mask  # (the sampler reads its rows of the requests)
         mask.copy_to_gpu = functools.partial(_copy_whole, mask)
         self._host_tables = None  # the block tables _prepare_inputs set up last
+        self._logits_rows = None  # (bucket, true) rows of the step's logits
+        # async scheduling: each token row's row in the last step's sampled tokens, or
+        # -1; and the sampled tokens kept in a buffer of the batch's most requests
+        self._token_source = self._make_buffer(self.max_num_tokens, dtype=torch.int32)
+        self._sampled = torch.zeros(self.max_num_reqs, dtype=torch.int32, device=self.device)
+        self._sampled_of = None  # the sampler's output _sampled holds
         generators.install()
         self.decode_graphs = None  # made with the KV cache (initialize_kv_cache_tensors)
 
@@ -124,9 +131,101 @@ class PjrtModelRunner(CPUModelRunner):
             self._host_tables = block_table
         block_table.compute_slot_mapping = self._slot_mapping_on_host
         try:
-            return super()._prepare_inputs(scheduler_output, num_scheduled_tokens_np)
+            logits_indices, spec, *rest = super()._prepare_inputs(
+                scheduler_output, num_scheduled_tokens_np
+            )
         finally:
             del block_table.compute_slot_mapping
+        return (self._padded_logits_indices(logits_indices, spec), spec, *rest)
+
+    def _padded_logits_indices(self, indices: torch.Tensor, spec) -> torch.Tensor:
+        """The rows of the step's hidden states to compute logits for, padded to the
+        bucket of the request count (``attention.padded``) with copies of the last: the
+        logits' program (a gather from the step's ``T`` rows and the LM head) then
+        depends on the buckets of ``T`` and of the request count, not on the exact count;
+        :meth:`_compute_logits` hands the sampler the true rows."""
+        n = indices.shape[0]
+        if spec is not None or self.cache_config.kv_sharing_fast_prefill or n == 0:
+            return indices
+        bucket = attention.padded(n, self.max_num_reqs)
+        self._logits_rows = (bucket, n)
+        if bucket == n:
+            return indices
+        return torch.cat([indices, indices[-1:].expand(bucket - n)])
+
+    def _compute_logits(self, compute, hidden_states: torch.Tensor):
+        """The model's ``compute_logits`` of a padded set of rows
+        (:meth:`_padded_logits_indices`): its program runs on its own (the sampler's
+        ops, which follow the exact request count, record a program apart), and the
+        sampler gets the true rows."""
+        rows, self._logits_rows = self._logits_rows, None
+        logits = compute(hidden_states)
+        if rows is None or logits is None or hidden_states.shape[0] != rows[0]:
+            return logits
+        fused.flush_all("the step's logits")
+        return logits if rows[0] == rows[1] else logits[: rows[1]]
+
+    def _prepare_input_ids(
+        self, scheduler_output, num_reqs: int, total_num_scheduled_tokens: int, cu_num_tokens
+    ) -> None:
+        """The step's token ids, with asynchronous scheduling: each request the last
+        step ran as well takes its last token from the tokens that step sampled, which
+        are still on the device. vLLM copies them with a slice or a scatter whose shapes
+        follow how many requests the two steps share and which; here the host says for
+        every row of the whole buffer where its token comes from (a row of the sampled
+        tokens, or -1: the host's ids), and one gather and select writes the whole
+        buffer: a program of fixed shapes (the sampled tokens are read from the buffer
+        :meth:`_sample` keeps). The host's ids are copied only when some token is not a
+        sampled one, the rows only when they changed (a decode batch's are the same
+        every step). (With speculative decoding, prompt embeddings or pipeline stages:
+        vLLM's own.)"""
+        sampled = self.input_batch.prev_sampled_token_ids
+        if (
+            sampled is None
+            or sampled.shape[1] != 1
+            or self.enable_prompt_embeds
+            or self.speculative_config is not None
+            or self._pp_recv_work is not None
+        ):
+            return super()._prepare_input_ids(
+                scheduler_output, num_reqs, total_num_scheduled_tokens, cu_num_tokens
+            )
+        last = self.prev_positions.np[:num_reqs]
+        shared = last >= 0
+        count = int(shared.sum())
+        if count < total_num_scheduled_tokens:  # (else every token is a sampled one)
+            _copy_whole(self.input_ids, total_num_scheduled_tokens, clear=True)
+        if not count:
+            return
+        source = self._token_source
+        rows = np.full_like(source.np, -1)
+        rows[cu_num_tokens[:num_reqs][shared] - 1] = last[shared]
+        if not np.array_equal(rows, source.np):  # (a decode batch's repeats every step)
+            source.np[:] = rows
+            _copy_whole(source)
+        ids = self.input_ids.gpu
+        tokens = self._sampled if sampled is self._sampled_of else sampled[:, 0]
+        ids.copy_(torch.where(source.gpu >= 0, tokens[source.gpu.clamp(min=0)], ids))
+
+    def _sample(self, logits, spec_decode_metadata):
+        """vLLM's sampling; with asynchronous scheduling the sampled tokens are also
+        copied into a buffer of a fixed size, recorded with the sampler's own ops, from
+        which the next step's token ids take them (:meth:`_prepare_input_ids`: a program
+        of fixed shapes)."""
+        out = super()._sample(logits, spec_decode_metadata)
+        tokens = out.sampled_token_ids
+        self._sampled_of = None
+        if (
+            self.use_async_scheduling
+            and spec_decode_metadata is None
+            and tokens.dim() == 2
+            and tokens.shape[1] == 1
+            and tokens.shape[0] <= self._sampled.shape[0]
+            and tokens.device == self._sampled.device
+        ):
+            self._sampled[: tokens.shape[0]].copy_(tokens[:, 0])
+            self._sampled_of = tokens
+        return out
 
     def _slot_mapping_on_host(self, num_reqs, query_start_loc, positions) -> None:
         n = positions.shape[0]
@@ -161,6 +260,9 @@ class PjrtModelRunner(CPUModelRunner):
 
     def load_model(self, load_dummy_weights: bool = False) -> None:
         super().load_model(load_dummy_weights=load_dummy_weights)
+        self.model.compute_logits = functools.partial(
+            self._compute_logits, self.model.compute_logits
+        )
         devices = {str(p.device) for p in self.model.parameters()}
         logger.info("pjrt: model parameters on %s", sorted(devices))
 

@@ -117,15 +117,16 @@ class PjrtWorker(Worker):
         """Compile the model's programs for every bucket of a step's token count now
         (``attention.padded``: the powers of two up to the step's token budget), not at
         the first step of each bucket, which would wait for them (vLLM's GPU worker
-        warms its compile sizes the same way): a dummy step a bucket, largest first.
-        (The attention between the compiled parts still records its ops at a bucket's
-        first real step: a dummy step of many tokens has no metadata a real step has.)"""
+        warms its compile sizes the same way): a dummy step a bucket, largest first,
+        and the KV write of each bucket. (The attention between the compiled parts
+        still records its ops at a bucket's first real step: a dummy step of many
+        tokens has no metadata a real step has.)"""
         runner = self.model_runner
-        cap = runner.max_num_tokens
-        sizes = sorted({attention.padded(1 << k, cap) for k in range(cap.bit_length())})
+        sizes = attention.buckets(runner.max_num_tokens)
         start = time.perf_counter()
         for size in reversed(sizes):
             runner._dummy_run(size, skip_eplb=True, remove_lora=False)
+        attention.warm_up_writes(runner.kv_caches, sizes, runner.model_config.dtype)
         logger.info(
             "pjrt: warmed up the model for %d token buckets (%s) in %.1f s",
             len(sizes),
