@@ -103,10 +103,11 @@ class Event:
 
 def _issued_arrays(device: torch.device) -> list:
     """What has been issued to ``device`` until now, as the arrays to wait for: an output
-    of the last program issued and the last copy to the device, when they are still
-    held and are that device's (it runs its programs in order, and its copies in
-    order); else every live array of the device. Fused mode's recording runs first (a
-    recorded op counts as issued)."""
+    of the last program issued and the last copy to the device (``transfer.uploaded``,
+    which holds a small one itself), when they are still held and are that device's (it
+    runs its programs in order, and its copies in order); else every live array of the
+    device, which costs about a millisecond a thousand arrays. Fused mode's recording
+    runs first (a recorded op counts as issued)."""
     from torch_pjrt import runtime
     from torch_pjrt.modes import fused
     from torch_pjrt.runtime import executor

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import weakref
 from concurrent.futures import ThreadPoolExecutor
@@ -82,7 +83,12 @@ def from_numpy(a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
 
 
 _NONE = contextlib.nullcontext()  # (no profiler span)
-uploaded = None  # the last array copied to a device, weakly (what an Event waits for)
+# the last array copied to a device, as a callable that returns it or None (what an
+# Event waits for): held while it is small, so that a copy whose array is dropped at
+# once (a step's small inputs, read by one program) still marks the copy; weakly above
+# _HOLD_BYTES, so that a large one does not outlive its tensor
+uploaded = None
+_HOLD_BYTES = 1 << 20
 
 
 def from_host(t: torch.Tensor, device) -> jax.Array:
@@ -100,8 +106,12 @@ def from_host(t: torch.Tensor, device) -> jax.Array:
     global uploaded
     with traced:
         out = _put(a, device)
-    uploaded = weakref.ref(out)
+    uploaded = weakref.ref(out) if a.nbytes > _HOLD_BYTES else functools.partial(_same, out)
     return out
+
+
+def _same(x):
+    return x
 
 
 _shardings: dict = {}  # device -> its SingleDeviceSharding (for _put)
