@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
 import weakref
 from concurrent.futures import ThreadPoolExecutor
@@ -106,12 +105,8 @@ def from_host(t: torch.Tensor, device) -> jax.Array:
     global uploaded
     with traced:
         out = _put(a, device)
-    uploaded = weakref.ref(out) if a.nbytes > _HOLD_BYTES else functools.partial(_same, out)
+    uploaded = weakref.ref(out) if a.nbytes > _HOLD_BYTES else (lambda: out)
     return out
-
-
-def _same(x):
-    return x
 
 
 _shardings: dict = {}  # device -> its SingleDeviceSharding (for _put)

@@ -145,6 +145,7 @@ class PjrtModelRunner(CPUModelRunner):
         depends on the buckets of ``T`` and of the request count, not on the exact count;
         :meth:`_compute_logits` hands the sampler the true rows."""
         n = indices.shape[0]
+        self._logits_rows = None
         if spec is not None or self.cache_config.kv_sharing_fast_prefill or n == 0:
             return indices
         bucket = attention.padded(n, self.max_num_reqs)
