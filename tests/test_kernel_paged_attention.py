@@ -19,6 +19,9 @@ from jax.experimental.pallas import tpu as pltpu
 import torch_pjrt
 from torch_pjrt.kernels.paged_attention import (
     paged_attention,
+    paged_attention_kv,
+    paged_attention_kv_pallas,
+    paged_attention_kv_reference,
     paged_attention_pallas,
     paged_attention_reference,
     paged_attention_tpu,
@@ -156,6 +159,78 @@ def test_asking_for_a_gradient_says_it_is_forward_only():
     torch.testing.assert_close(out.detach().cpu(), _sdpa(q, *rest))  # the forward runs
     with pytest.raises(NotImplementedError, match="forward only"):  # (as PyTorch words it)
         out.sum().backward()
+
+
+# --- keys and values side by side (pjrt's vLLM cache): paged_attention_kv ------------------
+
+
+def _side_by_side(k_pages, v_pages):
+    """vLLM's layout [N, block_size, Hkv, D] (keys, values) -> [N, Hkv, block_size, 2D]."""
+    return torch.cat([k_pages, v_pages], dim=-1).transpose(1, 2).contiguous()
+
+
+def _sdpa_lse(q, k_pages, tables, lens, scale, softcap=None):
+    """The expected log-sum-exp of each query's scores over its contiguous keys."""
+    block_size, hkv = k_pages.shape[1], k_pages.shape[2]
+    rows = []
+    for b, n in enumerate(lens.tolist()):
+        blocks = tables[b, : -(-n // block_size)].long()
+        k = k_pages[blocks].reshape(-1, hkv, k_pages.shape[-1])[:n]  # [n, Hkv, D]
+        k = k.repeat_interleave(q.shape[1] // hkv, dim=1)  # [n, Hq, D]
+        scores = torch.einsum("hd,nhd->hn", q[b], k) * scale
+        if softcap is not None:
+            scores = softcap * torch.tanh(scores / softcap)
+        rows.append(torch.logsumexp(scores, dim=-1))  # (-inf for n == 0)
+    return torch.stack(rows)
+
+
+@pytest.mark.parametrize(("case", "softcap"), [("gqa", None), ("two_kv_heads", 2.0)])
+def test_side_by_side_kernel_matches_reference_and_sdpa(case, softcap):
+    """The Pallas kernel (interpreted) and the reference against SDPA's output and the
+    scores' log-sum-exp; a sequence of length 0 gives zeros and -inf."""
+    batch, hq, hkv, d, block_size, lens = CASES[case]
+    lens = [0, *lens[1:]]
+    q, k, v, tables, lens = _cache(batch, hq, hkv, d, block_size, lens)
+    kv = _side_by_side(k, v)
+    inputs = _jax(q, kv, tables, lens)
+    expected = paged_attention_kv_reference(*inputs, scale=0.25, softcap=softcap)
+    out, lse = paged_attention_kv_pallas(*inputs, scale=0.25, softcap=softcap, interpret=True)
+    _close(out, expected[0], atol=1e-5, rtol=1e-5)
+    _close(lse, expected[1], atol=1e-5, rtol=1e-5)
+    assert not np.asarray(out[0]).any() and np.isneginf(np.asarray(lse[0])).all()
+    want = paged_attention(q, k, v, tables, lens, scale=0.25, softcap=softcap)
+    _close(out, want, atol=1e-5, rtol=1e-5)
+    _close(lse, _sdpa_lse(q, k, tables, lens, 0.25, softcap), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(("impl", "mode"), [("auto", "eager"), ("pallas", "fused")])
+def test_side_by_side_op_on_pjrt_matches_cpu(impl, mode):
+    """The op on pjrt tensors against its PyTorch reference on CPU tensors, which gives
+    paged_attention's output on the other layout."""
+    q, k, v, tables, lens = _cache(*CASES["two_kv_heads"])
+    inputs = (q, _side_by_side(k, v), tables, lens)
+    out, lse = paged_attention_kv(*inputs, scale=0.3, softcap=3.0)
+    torch.testing.assert_close(out, paged_attention(q, k, v, tables, lens, scale=0.3, softcap=3.0))
+    with torch_pjrt.mode(mode):
+        on_pjrt = paged_attention_kv(*(t.to("pjrt") for t in inputs), scale=0.3, softcap=3.0)
+        torch.testing.assert_close(on_pjrt[0].cpu(), out)
+        torch.testing.assert_close(on_pjrt[1].cpu(), lse)
+        assert on_pjrt[1].dtype == torch.float32
+
+
+def test_side_by_side_bad_input_is_reported():
+    q, k, v, tables, lens = _cache(*CASES["gqa"])
+    kv = _side_by_side(k, v)
+    bad = [
+        ((q, kv[..., :16], tables, lens), "expected kv_pages of shape", ValueError),
+        ((q, kv, tables[:1], lens), "expected block_tables of shape", ValueError),
+        ((q, kv, tables, lens.float()), "expected integer context_lens", TypeError),
+    ]
+    for inputs, message, error in bad:
+        with pytest.raises(error, match=message):
+            paged_attention_kv(*(t.to("pjrt") for t in inputs))
+        with pytest.raises(error, match=message):
+            paged_attention_kv(*inputs)
 
 
 # --- bad input ----------------------------------------------------------------------------

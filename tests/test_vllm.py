@@ -87,8 +87,9 @@ def test_plugin_is_registered_for_vllm():
 def test_llama_compiled_chunked_prefill_prefix_cache_and_seeded_sampling(models):
     """The default (compiled) engine with a 16-token prefill budget, so the prompts of
     19 and 29 tokens are prefilled in chunks; the second round hits the prefix cache.
-    Then a default engine given prompts of new lengths in buckets it has run."""
-    results, log = _offline(models, "llama", "new_lengths")
+    Then a default engine given prompts of new lengths in buckets it has run, and the
+    first engine again with the kernel library's paged attention forced."""
+    results, log = _offline(models, "llama", "new_lengths", "llama_kernel")
     result = results["llama"]
     want = tiny_models.greedy(models / "llama", PROMPTS, 12)
     assert result["greedy"] == want
@@ -123,6 +124,11 @@ def test_llama_compiled_chunked_prefill_prefix_cache_and_seeded_sampling(models)
     prompts = [list(range(5, 5 + n)) for n in (6, 14)]
     assert results["new_lengths"]["greedy"] == tiny_models.greedy(models / "llama", prompts, 6)
     assert "pjrt: warmed up the model for" in log
+    # TORCH_PJRT_ATTENTION=kernel: the cached keys through the kernel library's paged
+    # decode attention (interpreted here), merged with each step's own keys
+    kernel = results["llama_kernel"]
+    assert kernel["greedy"] == want
+    assert kernel["paths"].get("paged kernel", 0) > 0 and "paged xla" not in kernel["paths"]
 
 
 def _check_logprobs(path, result):

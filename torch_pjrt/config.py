@@ -270,7 +270,9 @@ class Config:
         attention: the path of ``F.scaled_dot_product_attention`` on pjrt tensors:
             ``"auto"`` (the flash kernel on accelerators for long sequences, XLA on the
             CPU), ``"kernel"`` or ``"xla"`` (``TORCH_PJRT_ATTENTION``; see
-            :mod:`torch_pjrt.kernels.attention` and docs/kernels.md). Read at each call.
+            :mod:`torch_pjrt.kernels.attention` and docs/kernels.md), and of the vLLM
+            backend's attention over its paged cache (``auto``: the kernel library's
+            ``paged_attention_kv`` on GPU; docs/serving.md). Read at each call.
 
     The six before ``attention`` are the launcher's: their variables are read each time
     they are used (unless code set the field), as a launcher may set them after

@@ -224,7 +224,29 @@ def new_lengths(models: str) -> dict:
     return {"compilations": counts, "greedy": tokens}
 
 
+def llama_kernel(models: str) -> dict:
+    """The compiled default with ``TORCH_PJRT_ATTENTION=kernel``: the keys cached before
+    a step attended to by the kernel library's ``paged_attention_kv`` (our Pallas kernel,
+    interpreted on the CPU), merged with the step's own keys by their log-sum-exps; a
+    prefill budget of 16 tokens, so chunks attend to both. Greedy tokens and the
+    worker's count of attention paths."""
+    import torch_pjrt
+
+    # (the engine's process reads the variable; one forked from this one, the setting)
+    os.environ["TORCH_PJRT_ATTENTION"] = torch_pjrt.settings.attention = "kernel"
+    try:
+        llm = _engine(models, "llama", max_num_batched_tokens=16)
+    finally:
+        del os.environ["TORCH_PJRT_ATTENTION"]
+        torch_pjrt.settings.attention = "auto"
+    sp = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
+    tokens = _tokens(llm.generate(PROMPTS, sp))
+    paths = llm.collective_rpc("pjrt_metrics")[0].get("attention_paths", {})
+    return {"greedy": tokens, "paths": paths}
+
+
 SCENARIOS = {
+    "llama_kernel": llama_kernel,
     "kv_writes": kv_writes,
     "slot_mapping": slot_mapping,
     "llama": llama,

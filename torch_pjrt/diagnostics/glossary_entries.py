@@ -841,9 +841,11 @@ ENTRIES = (
     Entry(
         "kernels-paged-attention-shapes",
         r"expected (q of shape \[B, Hq, D\]|k_pages of shape \[num_blocks|v_pages of k_pages' shape"
-        r"|block_tables of shape \[B, max_blocks\]|context_lens of shape)|q has head size .*? but k_pages has",
+        r"|kv_pages of shape \[num_blocks, Hkv|block_tables of shape \[B, max_blocks\]"
+        r"|context_lens of shape)|q has head size .*? but k_pages has",
         meaning="paged_attention's inputs do not have the shapes it needs: q [B, Hq, D], k_pages and "
-        "v_pages [num_blocks, block_size, Hkv, D], block_tables [B, max_blocks], context_lens [B].",
+        "v_pages [num_blocks, block_size, Hkv, D] (paged_attention_kv: kv_pages [num_blocks, Hkv, "
+        "block_size, D + Dv]), block_tables [B, max_blocks], context_lens [B].",
         cause="A q with a sequence dimension ([B, Hq, 1, D]), a KV cache in another layout (e.g. "
         "head-major), or tables and lengths whose batch differs from q's.",
         fix="Squeeze the single query token (q[:, :, 0]), keep the cache in vLLM's [num_blocks, "
@@ -870,9 +872,10 @@ ENTRIES = (
     ),
     Entry(
         "kernels-paged-attention-no-pallas",
-        r"paged_attention: impl='pallas' has no kernel for the",
+        r"paged_attention(_kv)?: impl='pallas' has no kernel for the",
         meaning="impl='pallas' was forced on a platform for which paged_attention has no Pallas "
-        "kernel (it has them for TPU, GPU and, interpreted, the CPU).",
+        "kernel (it has them for TPU, GPU and, interpreted, the CPU; paged_attention_kv for GPU "
+        "and the CPU).",
         cause="Running with impl='pallas' on another platform such as Neuron or Metal.",
         fix="Use impl='auto' (which picks the XLA reference there) or impl='reference'.",
         doc="docs/kernels.md#chosen-per-chip",

@@ -6,7 +6,8 @@ is one node under ``torch.compile(backend="pjrt")`` and is differentiable. See
 docs/kernels.md.
 
 The library (``torch.ops.pjrt.*``, one kernel per module with its reference beside it):
-:func:`flash_attention`, :func:`paged_attention` (decode over a paged KV cache),
+:func:`flash_attention`, :func:`paged_attention` and :func:`paged_attention_kv` (decode
+over a paged KV cache, two layouts),
 :func:`rms_norm`, :func:`layer_norm`, :func:`rotary_embedding`,
 :func:`linear_cross_entropy` (no full logits), :func:`grouped_matmul` (mixture of
 experts). Each takes ``impl=``: ``"auto"`` chooses per platform (the XLA reference on
@@ -35,6 +36,7 @@ _LIBRARY = {
     "linear_cross_entropy": "linear_cross_entropy",
     "linear_cross_entropy_bias": "linear_cross_entropy",
     "paged_attention": "paged_attention",
+    "paged_attention_kv": "paged_attention",
     "rms_norm": "rms_norm",
     "rotary_embedding": "rotary",
 }

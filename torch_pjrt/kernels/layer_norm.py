@@ -37,12 +37,11 @@ import torch
 from jax.experimental import pallas as pl
 
 from torch_pjrt.kernels.decorator import kernel as pjrt_kernel
-from torch_pjrt.runtime.platform import current_platform
+from torch_pjrt.runtime.platform import GPU_PLATFORMS, current_platform
 
 __all__ = ["layer_norm", "layer_norm_reference"]
 
 IMPLS = ("auto", "pallas", "reference")
-_GPUS = ("cuda", "rocm", "gpu")
 _BLOCK_BYTES = 1 << 19  # float32 bytes of x per grid step (TPU VMEM holds several)
 
 
@@ -172,7 +171,7 @@ def _path(impl: str, x) -> str:
     platform = current_platform()
     if platform == "cpu":
         return "reference"
-    return "triton" if platform in _GPUS else "pallas"
+    return "triton" if platform in GPU_PLATFORMS else "pallas"
 
 
 def _triton(x, weight, bias, *, eps):

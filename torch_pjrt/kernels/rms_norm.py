@@ -36,12 +36,11 @@ import torch
 from jax.experimental import pallas as pl
 
 from torch_pjrt.kernels.decorator import kernel as pjrt_kernel
-from torch_pjrt.runtime.platform import current_platform
+from torch_pjrt.runtime.platform import GPU_PLATFORMS, current_platform
 
 __all__ = ["rms_norm", "rms_norm_reference"]
 
 IMPLS = ("auto", "pallas", "reference")
-_GPUS = ("cuda", "rocm", "gpu")
 _BLOCK_BYTES = 1 << 19  # float32 bytes of x per grid step (TPU VMEM holds several)
 
 
@@ -152,7 +151,7 @@ def _path(impl: str, x) -> str:
     platform = current_platform()
     if platform == "cpu":
         return "reference"
-    return "triton" if platform in _GPUS else "pallas"
+    return "triton" if platform in GPU_PLATFORMS else "pallas"
 
 
 def _triton(x, weight, *, eps):

@@ -39,12 +39,11 @@ import torch
 from jax.experimental import pallas as pl
 
 from torch_pjrt.kernels.decorator import kernel as pjrt_kernel
-from torch_pjrt.runtime.platform import current_platform
+from torch_pjrt.runtime.platform import GPU_PLATFORMS, current_platform
 
 __all__ = ["rotary_embedding", "rotary_embedding_reference"]
 
 IMPLS = ("auto", "pallas", "reference")
-_GPUS = ("cuda", "rocm", "gpu")
 _BLOCK_BYTES = 1 << 18  # float32 bytes of x per grid step
 _EXACT = jax.lax.Precision.HIGHEST  # (the signed permutation's matmul must not round x)
 
@@ -111,7 +110,7 @@ def _call(x, cos, sin, *, interleaved: bool, sign: float):
     b, h, s, d = x.shape
     cos, sin = _per_batch(cos), _per_batch(sin)
     cap = max(8, _BLOCK_BYTES // (4 * d) // 8 * 8)
-    if current_platform() in _GPUS:  # Triton's blocks are powers of two (masked at the end)
+    if current_platform() in GPU_PLATFORMS:  # Triton's blocks are powers of two (masked at the end)
         bs = min(pl.next_power_of_2(s), 1 << (cap.bit_length() - 1))
     else:  # all positions, or a multiple of 8 (TPU sublanes)
         bs = s if s <= cap else cap
@@ -157,7 +156,7 @@ def _path(impl: str, x) -> str:
     if impl != "auto":
         return impl
     platform, d = current_platform(), x.shape[-1]
-    if platform == "cpu" or x.size == 0 or (platform in _GPUS and d & (d - 1)):
+    if platform == "cpu" or x.size == 0 or (platform in GPU_PLATFORMS and d & (d - 1)):
         return "reference"  # (Triton needs a power-of-two head dim)
     return "pallas"
 

@@ -41,8 +41,6 @@ __all__ = [
     "torchrun_env",
 ]
 
-_GPU_PLATFORMS = ("cuda", "gpu", "rocm")
-
 
 def torchrun_env() -> dict | None:
     """RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT as a dict,
@@ -169,9 +167,7 @@ def init_jax_from_env(platform: str | None = None) -> bool:
 
     if jax.distributed.is_initialized():
         return False
-    local_ids = None
-    if (platform or "").lower() in _GPU_PLATFORMS and env["local_world_size"] > 1:
-        local_ids = [env["local_rank"]]
+    local_ids = _local_ids(platform, env["local_world_size"], env["local_rank"])
     _initialize(coordinator_address(env), env["world_size"], env["rank"], local_ids)
     return True
 
@@ -198,12 +194,20 @@ def init_jax_from_store(store, rank: int, world_size: int, platform: str | None 
         env = {"master_addr": host, "master_port": free_port_pair(host)}
         store.set(_COORDINATOR_KEY, coordinator_address(env))  # the pair's second port
     address = store.get(_COORDINATOR_KEY).decode()
-    local_ids = None
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
-    if (platform or "").lower() in _GPU_PLATFORMS and local_world > 1:
-        local_ids = [int(os.environ.get("LOCAL_RANK", "0") or 0)]
+    local_ids = _local_ids(platform, local_world, int(os.environ.get("LOCAL_RANK", "0") or 0))
     _initialize(address, world_size, rank, local_ids)
     return True
+
+
+def _local_ids(platform: str | None, local_world: int, local_rank: int) -> list[int] | None:
+    """The devices this process takes: on a GPU platform with several processes a host,
+    its local rank's GPU alone (each would see them all); otherwise None, all of them."""
+    from torch_pjrt.runtime.platform import GPU_PLATFORMS  # (platform imports this module)
+
+    if (platform or "").lower() in GPU_PLATFORMS and local_world > 1:
+        return [local_rank]
+    return None
 
 
 def _initialize(address: str, num_processes: int, process_id: int, local_ids) -> None:

@@ -33,6 +33,9 @@ _PLUGIN_PACKAGES = {
     "METAL": "jax-metal",
 }
 
+# The GPU platforms' names (where Pallas kernels compile through Triton).
+GPU_PLATFORMS = ("cuda", "rocm", "gpu")
+
 # Accelerator platforms tried, in order, when no platform is asked for.
 _PREFERENCE = ("tpu", "neuron", "cuda", "rocm", "gpu", "METAL")
 

@@ -27,8 +27,12 @@ from vllm.v1.attention.backend import (
 )
 from vllm.v1.kv_cache_interface import AttentionSpec, KVCacheLayout
 
+from torch_pjrt.config import settings
 from torch_pjrt.device.tensor import argument, replace, write
+from torch_pjrt.kernels.paged_attention import paged_attention_kv
 from torch_pjrt.modes import fused
+from torch_pjrt.runtime import events as metrics
+from torch_pjrt.runtime.platform import GPU_PLATFORMS, current_platform
 
 
 class PjrtAttentionBackend(AttentionBackend):
@@ -258,22 +262,25 @@ class PjrtAttentionImpl(AttentionImpl):
         t = md.token_pos.shape[0]
         d = self.head_size
         _, hkv, block_size, _ = kv_cache.shape
-        s = md.max_num_blocks * block_size
-
-        # each token's request's blocks, as they were before this step:
-        # [T, NB, Hkv, N, D + Dv] -> [T, Hkv, S, D + Dv]
+        # each token's request's blocks: [T, NB]
         bt = md.block_table if md.token_req is None else md.block_table[md.token_req]
-        kv = kv_cache[bt.to(torch.int64)].permute(0, 2, 1, 3, 4).reshape(t, hkv, s, -1)
         q = query[:t].reshape(t, hkv, self.num_queries_per_kv, d).float()
         pos = md.token_pos
-        key_pos = torch.arange(s, device=query.device, dtype=torch.int64)
-        if new is not None:  # the keys cached before this step; this step's come below
-            allowed = key_pos[None, :] < md.cached[:, None]  # [T, S]
-        else:  # a layer reading another's cache, which that layer has written this step
-            allowed = key_pos[None, :] <= pos[:, None]
-        if self.sliding_window is not None:
-            allowed = allowed & (key_pos[None, :] > pos[:, None] - self.sliding_window)
-        parts = [(self._scores(q, kv[..., :d], "cache"), allowed, kv[..., d:], "cache")]
+        kernel = self._kernel_impl()
+        metrics.tally("attention_paths", "paged xla" if kernel is None else "paged kernel")
+        parts = []  # (masked scores [T, Hkv, G, K], values [.., K, Dv], kind) of the keys
+        if kernel is None:  # the keys cached before this step, gathered
+            s = md.max_num_blocks * block_size
+            # [T, NB, Hkv, N, D + Dv] -> [T, Hkv, S, D + Dv]
+            kv = kv_cache[bt.to(torch.int64)].permute(0, 2, 1, 3, 4).reshape(t, hkv, s, -1)
+            key_pos = torch.arange(s, device=query.device, dtype=torch.int64)
+            if new is not None:  # this step's keys come below
+                allowed = key_pos[None, :] < md.cached[:, None]  # [T, S]
+            else:  # a layer reading another's cache, which that layer has written this step
+                allowed = key_pos[None, :] <= pos[:, None]
+            if self.sliding_window is not None:
+                allowed = allowed & (key_pos[None, :] > pos[:, None] - self.sliding_window)
+            parts.append((self._scores(q, kv[..., :d], "cache", allowed), kv[..., d:], "cache"))
         if new is not None:  # this step's keys: of the same request, at or before it
             rows, slots = new
             allowed = (md.token_seq[:, None] == md.token_seq[None, :]) & (
@@ -281,18 +288,34 @@ class PjrtAttentionImpl(AttentionImpl):
             )  # [T, T]
             if self.sliding_window is not None:
                 allowed = allowed & (pos[None, :] > pos[:, None] - self.sliding_window)
-            parts.append((self._scores(q, rows[..., :d], "new"), allowed, rows[..., d:], "new"))
-        scores = torch.cat(
-            [sc.masked_fill(~ok[:, None, None, :], float("-inf")) for sc, ok, _, _ in parts],
-            dim=-1,
-        )
-        probs = torch.softmax(scores, dim=-1)
-        out, start = 0, 0
-        for sc, _, values, keys in parts:
-            width = sc.shape[-1]
-            p = probs[..., start : start + width]
-            out = out + torch.einsum(_EINSUM[keys][1], p, values.float())
-            start += width
+            parts.append((self._scores(q, rows[..., :d], "new", allowed), rows[..., d:], "new"))
+        out = 0
+        if parts:
+            scores = torch.cat([sc for sc, _, _ in parts], dim=-1)
+            probs = torch.softmax(scores, dim=-1)
+            start = 0
+            for sc, values, kind in parts:
+                p = probs[..., start : start + sc.shape[-1]]
+                out = out + torch.einsum(_EINSUM[kind][1], p, values.float())
+                start += sc.shape[-1]
+        if kernel is not None:  # the cached keys by the kernel, merged by log-sum-exps
+            lens = md.cached if new is not None else pos + 1
+            softcap = self.logits_soft_cap or None
+            cached, lse = paged_attention_kv(
+                query[:t].float(),
+                kv_cache,
+                bt,
+                lens,
+                scale=self.scale,
+                softcap=softcap,
+                impl=kernel,
+            )
+            cached = cached.reshape(*q.shape[:3], -1)
+            if parts:  # (an empty cache: lse -inf, weight 0)
+                weight = torch.sigmoid(lse.reshape(q.shape[:3]) - torch.logsumexp(scores, -1))
+                out = out + weight[..., None] * (cached - out)
+            else:
+                out = cached
         output[:t] = out.reshape(t, self.num_heads, -1).to(output.dtype)
         if new is not None:
             if deferred_writes is not None:  # a decode graph's capture: after each replay
@@ -303,13 +326,30 @@ class PjrtAttentionImpl(AttentionImpl):
                 write_rows(kv_cache, rows, slots)
         return output
 
-    def _scores(self, q: torch.Tensor, keys: torch.Tensor, kind: str) -> torch.Tensor:
+    def _scores(
+        self, q: torch.Tensor, keys: torch.Tensor, kind: str, allowed: torch.Tensor
+    ) -> torch.Tensor:
         """q [T, Hkv, G, D] against keys (``kind``: "cache", [T, Hkv, S, D], each token's
-        request's; "new", [T, Hkv, D], the step's)."""
+        request's; "new", [T, Hkv, D], the step's), -inf where not ``allowed`` ([T, S] or
+        [T, T])."""
         scores = torch.einsum(_EINSUM[kind][0], q, keys.float()) * self.scale
         if self.logits_soft_cap:
             scores = self.logits_soft_cap * torch.tanh(scores / self.logits_soft_cap)
-        return scores
+        return scores.masked_fill(~allowed[:, None, None, :], float("-inf"))
+
+    def _kernel_impl(self) -> str | None:
+        """The ``impl`` of the kernel library's ``paged_attention_kv`` for the keys cached
+        before the step, or None for the XLA path (a gather of each token's blocks): the
+        setting ``attention`` (``TORCH_PJRT_ATTENTION``): ``"auto"`` takes the kernel on
+        GPU (where our Pallas kernel compiles), ``"kernel"`` everywhere (on the CPU
+        interpreted: for tests), ``"xla"`` never; a sliding window always takes XLA (the
+        kernel has none)."""
+        wanted = settings.attention
+        if wanted == "xla" or self.sliding_window is not None:
+            return None
+        if wanted == "kernel":
+            return "pallas"
+        return "auto" if current_platform() in GPU_PLATFORMS else None
 
 
 # (scores, output) of each kind of keys (PjrtAttentionImpl._scores)
