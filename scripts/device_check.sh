@@ -14,6 +14,9 @@
 #                    against CPU PyTorch (and CUDA PyTorch, where there is one)
 #   eager_ops.log    benchmarks/eager_ops.py (per-op host cost, CUDA PyTorch column)
 #   compile_step.log benchmarks/compile_step.py (a training step five ways)
+#   paged_attention.log benchmarks/paged_attention.py (the paged decode kernel against
+#                    its XLA path: where TORCH_PJRT_ATTENTION=auto should take it)
+#   kernels.log      the kernel library's tests on PLATFORM (Pallas compiled)
 #   pytest.log       the fast suite on PLATFORM (TORCH_PJRT_TEST_PLATFORM), verbose
 set -u
 PLATFORM=${1:-cuda}
@@ -52,6 +55,10 @@ stage() {  # stage NAME SECONDS command...
 stage platform 90 $PY scripts/platform_check.py --json "$OUT/platform.json"
 stage eager_ops 90 $PY benchmarks/eager_ops.py --repeat 300 --rounds 5
 stage compile_step 120 $PY benchmarks/compile_step.py --steps 10
+stage paged_attention 90 $PY benchmarks/paged_attention.py
+TORCH_PJRT_TEST_PLATFORM=$PLATFORM stage kernels 120 \
+    $PY -m pytest -q -n 8 -p no:cacheprovider tests/test_kernel_paged_attention.py \
+    tests/test_kernel_flash_attention.py tests/test_kernel_norms.py tests/test_kernel_rotary.py
 # the suite on the chip; the files that need several processes per device, several
 # virtual CPU devices or packages a bare accelerator image lacks are left out
 TORCH_PJRT_TEST_PLATFORM=$PLATFORM stage pytest "$PYTEST_SECONDS" \
