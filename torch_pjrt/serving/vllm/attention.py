@@ -3,7 +3,10 @@
 vLLM's CPU_ATTN backend calls native kernels (vllm._C: cpu_attn_reshape_and_cache,
 cpu_attention_with_kv_cache) that take CPU tensors only. This backend writes the
 paged KV cache with index_put and attends over block tables with gathers,
-einsum and softmax, all of which run on pjrt tensors.
+einsum and softmax, all of which run on pjrt tensors; or, where the ``attention``
+setting says (:meth:`PjrtAttentionImpl._kernel_impl`), attends over the cached keys
+with the kernel library's ``pjrt::paged_attention_kv``, merged with the step's own
+keys by their log-sum-exps.
 
 KV cache per layer: [num_blocks, num_kv_heads, block_size, 2 * head_size]
 (the [B, H, N, C] view vLLM allocates, KVCacheLayout.LBHNC); K is
