@@ -371,8 +371,13 @@ class _Graph:
         that recording an op costs nothing more."""
         sources, bits = [], {}
 
-        def picked(m: int) -> list:  # the sources of mask m
-            return [o for i, o in enumerate(sources) if m >> i & 1]
+        def picked(m: int) -> list:  # the sources of mask m (its set bits alone: a
+            found = []  # recording of n checked ops has n sources and n masks)
+            while m:
+                low = m & -m
+                found.append(sources[low.bit_length() - 1])
+                m ^= low
+            return found
 
         def mask(found: tuple) -> int:
             m = 0
