@@ -77,25 +77,10 @@ __all__ = [
 _IMPLS = ("auto", "pallas", "reference")
 
 
-def _check_shapes(q, k_pages, v_pages, block_tables, context_lens) -> None:
-    """The shape rules, for JAX arrays and torch tensors alike."""
-    name = "paged_attention"
-    if len(q.shape) != 3:
-        raise ValueError(f"{name}: expected q of shape [B, Hq, D], got {list(q.shape)}")
-    if len(k_pages.shape) != 4:
-        raise ValueError(
-            f"{name}: expected k_pages of shape [num_blocks, block_size, Hkv, D], "
-            f"got {list(k_pages.shape)}"
-        )
-    if tuple(v_pages.shape) != tuple(k_pages.shape):
-        raise ValueError(
-            f"{name}: expected v_pages of k_pages' shape {list(k_pages.shape)}, "
-            f"got {list(v_pages.shape)}"
-        )
-    batch, hq, d = q.shape
-    hkv, dk = k_pages.shape[2], k_pages.shape[3]
-    if dk != d:
-        raise ValueError(f"{name}: q has head size {d} but k_pages has {dk}; they must match")
+def _check_heads_and_tables(name, q, hkv, block_tables, context_lens) -> None:
+    """The rules both layouts share: grouped-query heads, one block-table row and one
+    length per query."""
+    batch, hq = q.shape[0], q.shape[1]
     if hq % hkv != 0:
         raise ValueError(
             f"{name}: the query heads ({hq}) must be a multiple of the KV heads ({hkv}) "
@@ -111,6 +96,28 @@ def _check_shapes(q, k_pages, v_pages, block_tables, context_lens) -> None:
             f"{name}: expected context_lens of shape [{batch}] (q's batch), "
             f"got {list(context_lens.shape)}"
         )
+
+
+def _check_shapes(q, k_pages, v_pages, block_tables, context_lens) -> None:
+    """The shape rules, for JAX arrays and torch tensors alike."""
+    name = "paged_attention"
+    if len(q.shape) != 3:
+        raise ValueError(f"{name}: expected q of shape [B, Hq, D], got {list(q.shape)}")
+    if len(k_pages.shape) != 4:
+        raise ValueError(
+            f"{name}: expected k_pages of shape [num_blocks, block_size, Hkv, D], "
+            f"got {list(k_pages.shape)}"
+        )
+    if tuple(v_pages.shape) != tuple(k_pages.shape):
+        raise ValueError(
+            f"{name}: expected v_pages of k_pages' shape {list(k_pages.shape)}, "
+            f"got {list(v_pages.shape)}"
+        )
+    d = q.shape[2]
+    hkv, dk = k_pages.shape[2], k_pages.shape[3]
+    if dk != d:
+        raise ValueError(f"{name}: q has head size {d} but k_pages has {dk}; they must match")
+    _check_heads_and_tables(name, q, hkv, block_tables, context_lens)
 
 
 def _check_impl(impl: str) -> None:
@@ -413,22 +420,7 @@ def _check_shapes_kv(q, kv_pages, block_tables, context_lens) -> None:
             f"{name}: expected kv_pages of shape [num_blocks, Hkv, block_size, D + Dv] "
             f"(keys then values; D={q.shape[2]} is q's head size), got {list(kv_pages.shape)}"
         )
-    batch, hq, hkv = q.shape[0], q.shape[1], kv_pages.shape[1]
-    if hq % hkv != 0:
-        raise ValueError(
-            f"{name}: the query heads ({hq}) must be a multiple of the KV heads ({hkv}) "
-            "for grouped-query attention"
-        )
-    if len(block_tables.shape) != 2 or block_tables.shape[0] != batch:
-        raise ValueError(
-            f"{name}: expected block_tables of shape [B, max_blocks] with B={batch} "
-            f"(q's batch), got {list(block_tables.shape)}"
-        )
-    if tuple(context_lens.shape) != (batch,):
-        raise ValueError(
-            f"{name}: expected context_lens of shape [{batch}] (q's batch), "
-            f"got {list(context_lens.shape)}"
-        )
+    _check_heads_and_tables(name, q, kv_pages.shape[1], block_tables, context_lens)
 
 
 @functools.partial(jax.jit, static_argnames=("scale", "softcap"))
