@@ -335,6 +335,29 @@ def test_inputs_that_passed_are_not_checked_again(mode):
             x[i].cpu()
 
 
+def test_fused_recordings_take_the_unchecked_op_on_inputs_that_passed():
+    """In fused mode too: once an op's checks passed on some arrays (read at a host
+    wait), recording it again on those arrays records its unchecked variant (no check
+    to read); the inputs may be values an earlier recording computed. Another array is
+    checked, and its error raised at the wait."""
+    from torch_pjrt.runtime import asserts
+
+    torch.pjrt.synchronize()
+    with torch_pjrt.mode("fused"):
+        x = torch.arange(6.0, device=DEV) * 2  # (computed by a recording)
+        i = _t([5, 0, 2, 2, 1, 4, 3, 0], DEV)  # (shapes no other test indexes with)
+        x[i].cpu()  # recorded with x's own op: no arrays yet to mark as having passed
+        x[i].cpu()  # checked on x's and i's arrays, and passes
+        ys = [x[i] for _ in range(3)]
+        assert not asserts._expected  # (no check recorded)
+        expected = torch.tensor([10.0, 0.0, 4.0, 4.0, 2.0, 8.0, 6.0, 0.0])
+        for y in ys:
+            torch.testing.assert_close(y.cpu(), expected)
+        j = _t([5, 0, 2, 6, 1, 4, 3, 0], DEV)
+        with pytest.raises(IndexError, match="index 6 is out of bounds"):
+            x[j].cpu()
+
+
 def test_a_passed_program_is_not_taken_for_another():
     """The mark names the program and the call's inputs in order: the same arrays given
     to another op, or in swapped places, are checked by it."""

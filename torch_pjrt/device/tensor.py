@@ -105,11 +105,11 @@ class Cell:
         """The storage's value, pending values left pending; under a graph capture of its
         device, the pending input that stands for it (``modes.capture``)."""
         v = self._value
+        if v.__class__ is Pending and v.value is not None:  # computed: its array
+            v = self._value = v.value  # (which later programs read, and checks mark)
         if fused.capturing:
-            if v.__class__ is Pending:
-                if v.value is None:  # recorded (in this capture, or before it)
-                    return v
-                v = self._value = v.value  # (computed before the capture began)
+            if v.__class__ is Pending:  # recorded (in this capture, or before it)
+                return v
             v = fused.capture_input(self, v)
         return v
 
