@@ -872,7 +872,7 @@ ENTRIES = (
     ),
     Entry(
         "kernels-paged-attention-no-pallas",
-        r"paged_attention(_kv)?: impl='pallas' has no kernel for the",
+        r"\w+: impl='pallas' has no kernel for the",
         meaning="impl='pallas' was forced on a platform for which paged_attention has no Pallas "
         "kernel (it has them for TPU, GPU and, interpreted, the CPU; paged_attention_kv for GPU "
         "and the CPU).",

@@ -363,17 +363,32 @@ def _reference_torch(
     return out.to(q.dtype)
 
 
-def _pallas_for_platform(platform: str):
-    if platform == "tpu":
-        return paged_attention_tpu
-    if platform in GPU_PLATFORMS:
-        return paged_attention_pallas
-    if platform == "cpu":
-        return functools.partial(paged_attention_pallas, interpret=True)
-    raise NotImplementedError(
-        f"paged_attention: impl='pallas' has no kernel for the {platform!r} platform "
-        "(TPU, GPU and, interpreted, the CPU); use impl='auto' or impl='reference'"
-    )
+def _prepared(q, block_tables, context_lens, scale, impl) -> tuple:
+    """The ops' arguments as the paths take them: ``(block_tables, context_lens, scale)``
+    (int32 indices, the default scale), ``impl`` checked."""
+    _check_impl(impl)
+    block_tables = _indices(block_tables, "block_tables")
+    context_lens = _indices(context_lens, "context_lens")
+    return block_tables, context_lens, q.shape[-1] ** -0.5 if scale is None else scale
+
+
+def _chosen(name: str, impl: str, reference, kernels: dict, where: str):
+    """The function of ``impl`` on the current platform: ``reference``, or the Pallas
+    kernel ``kernels`` holds for the platform (key ``"gpu"`` for every GPU platform;
+    ``where`` says which have one). ``"auto"``: the kernel on accelerators, the
+    reference elsewhere (interpreting a kernel on the CPU is slower than XLA's code)."""
+    platform = current_platform()
+    found = kernels.get("gpu" if platform in GPU_PLATFORMS else platform)
+    if impl == "auto":
+        impl = "pallas" if found is not None and platform != "cpu" else "reference"
+    if impl == "reference":
+        return reference
+    if found is None:
+        raise NotImplementedError(
+            f"{name}: impl='pallas' has no kernel for the {platform!r} platform ({where}); "
+            "use impl='auto' or impl='reference'"
+        )
+    return found
 
 
 @kernel("pjrt::paged_attention", backward=_no_gradient, reference=_reference_torch)
@@ -396,14 +411,14 @@ def paged_attention(
         >>> out = torch.ops.pjrt.paged_attention(q, k_pages, v_pages, tables, lens)
     """
     _check_shapes(q, k_pages, v_pages, block_tables, context_lens)
-    _check_impl(impl)
-    block_tables = _indices(block_tables, "block_tables")
-    context_lens = _indices(context_lens, "context_lens")
-    scale = q.shape[-1] ** -0.5 if scale is None else scale
-    platform = current_platform()
-    if impl == "auto":
-        impl = "pallas" if platform == "tpu" or platform in GPU_PLATFORMS else "reference"
-    run = paged_attention_reference if impl == "reference" else _pallas_for_platform(platform)
+    block_tables, context_lens, scale = _prepared(q, block_tables, context_lens, scale, impl)
+    kernels = {
+        "tpu": paged_attention_tpu,
+        "gpu": paged_attention_pallas,
+        "cpu": functools.partial(paged_attention_pallas, interpret=True),
+    }
+    where = "TPU, GPU and, interpreted, the CPU"
+    run = _chosen("paged_attention", impl, paged_attention_reference, kernels, where)
     return run(q, k_pages, v_pages, block_tables, context_lens, scale=scale, softcap=softcap)
 
 
@@ -535,20 +550,11 @@ def paged_attention_kv(
         >>> out, lse = torch.ops.pjrt.paged_attention_kv(q, kv_cache, tables, lens)
     """
     _check_shapes_kv(q, kv_pages, block_tables, context_lens)
-    _check_impl(impl)
-    block_tables = _indices(block_tables, "block_tables")
-    context_lens = _indices(context_lens, "context_lens")
-    scale = q.shape[-1] ** -0.5 if scale is None else scale
-    platform = current_platform()
-    if impl == "auto":
-        impl = "pallas" if platform in GPU_PLATFORMS else "reference"
-    if impl == "reference":
-        run = paged_attention_kv_reference
-    elif platform in GPU_PLATFORMS or platform == "cpu":
-        run = functools.partial(paged_attention_kv_pallas, interpret=platform == "cpu")
-    else:
-        raise NotImplementedError(
-            f"paged_attention_kv: impl='pallas' has no kernel for the {platform!r} platform "
-            "(GPU and, interpreted, the CPU); use impl='auto' or impl='reference'"
-        )
+    block_tables, context_lens, scale = _prepared(q, block_tables, context_lens, scale, impl)
+    kernels = {
+        "gpu": paged_attention_kv_pallas,
+        "cpu": functools.partial(paged_attention_kv_pallas, interpret=True),
+    }
+    where = "GPU and, interpreted, the CPU"
+    run = _chosen("paged_attention_kv", impl, paged_attention_kv_reference, kernels, where)
     return run(q, kv_pages, block_tables, context_lens, scale=scale, softcap=softcap)

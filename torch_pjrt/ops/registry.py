@@ -434,16 +434,12 @@ class Kernel:
                 try:
                     inputs = (arrays, scalars, rng)
                     program = self.program
-                    # (checks that passed on these very arrays: the unchecked variant,
-                    # as an eager call takes it, asserts.passed)
-                    bare = program.checked.get(key)
-                    run = bare if bare is not None and asserts.passed(program, key, inputs) else key
+                    run = program.passed_key(key, inputs)  # (as an eager call's)
                     out = fused.record(
                         program.jitted(run), inputs, index, self.name, rng is not None
                     )
                     if out.__class__ is asserts.Checked:  # (its checks: pending values)
-                        if bare is None:
-                            program.checked[key] = _unchecked(key)
+                        program.checks_made(key)
                         out = asserts.unpack(out, self.name, inputs=(program, key, inputs))
                     return out, index
                 except fused.Unfusable:  # an argument fused mode cannot record: run it now

@@ -237,12 +237,22 @@ class Program:
         jitted = self.cache[key] = jax.jit(traced, **options)
         return jitted
 
+    def passed_key(self, key, args):
+        """The key to run on ``args``: its unchecked variant's when ``key``'s checks
+        already passed on exactly these arrays (``asserts.passed``), else ``key``."""
+        bare = self.checked.get(key)  # (the unchecked key of a key whose program checks)
+        return bare if bare is not None and asserts.passed(self, key, args) else key
+
+    def checks_made(self, key) -> None:
+        """``key``'s program returned checks: its unchecked variant is kept for
+        :meth:`passed_key`."""
+        if self.unchecked is not None and key not in self.checked:
+            self.checked[key] = self.unchecked(key)
+
     def __call__(self, key, *args):
         """Run the program of ``key`` on ``args`` (compiling it if these arguments are
         new to it); exceptions reach the caller, which knows what was being run."""
-        bare = self.checked.get(key)  # (the unchecked key of a key whose program checks)
-        if bare is not None and asserts.passed(self, key, args):  # (on the same arrays)
-            key = bare
+        key = self.passed_key(key, args)
         jitted = self.cache.get(key)
         if jitted is None:
             jitted = self._build(key)
@@ -274,8 +284,7 @@ class Program:
         if out.__class__ is asserts.Checked:
             inputs = None
             if self.unchecked is not None:
-                if bare is None:
-                    self.checked[key] = self.unchecked(key)
+                self.checks_made(key)
                 inputs = (self, key, args)
             out = asserts.unpack(out, self.name, inputs=inputs)
         global issued
