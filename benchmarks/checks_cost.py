@@ -13,13 +13,16 @@ Rows:
                and ``x[i]`` with a fresh index tensor every call (checked every call):
                microseconds per call over rounds of ``--calls`` calls and a synchronize
 ``<workload> <mode>``  the GPT train step of ``modes.py`` (forward, backward, AdamW) in
-               pjrt eager, fused and compiled: milliseconds per step, ``--steps`` a round.
-               Two copies of the model, one run with checks on, one off (a compiled
-               graph is traced under the setting of its first call)
+               pjrt eager, fused, compiled and captured (a ``torch.pjrt.Graph``
+               replayed): milliseconds per step, each step synchronized. Two copies of
+               the model, one run with checks on, one off (a compiled or captured graph
+               is traced under the setting of its first call) alternate every step
+               (on, off, off, on, ...), ``--rounds`` x ``--steps`` of each; the ratio is
+               that of the two medians
 
-Each round measures on then off (then swaps the order next round); the ratio is the
-median over rounds of on / off within a round, so a machine that changes speed between
-rounds moves both. The load average is printed at start and end.
+An op round measures on then off (then swaps the order next round); an op row's ratio is
+the median over rounds of on / off within a round, so a machine that changes speed
+between rounds moves both. The load average is printed at start and end.
 """
 
 from __future__ import annotations
@@ -99,32 +102,36 @@ def step_rows(workload: str, rounds: int, steps: int) -> dict:
     x = torch.randint(0, spec["cfg"].vocab_size, (spec["batch"], spec["seq"]))
     y = torch.randint(0, spec["cfg"].vocab_size, (spec["batch"], spec["seq"]))
     rows = {}
-    for mode in ("eager", "fused", "compiled"):
+    for mode in ("eager", "fused", "compiled", "captured"):
         backend = "pjrt" if mode == "compiled" else None
-        run_mode = "fused" if mode == "compiled" else mode
+        run_mode = "eager" if mode == "eager" else "fused"
         made = {}
         for checks in (True, False):
             with torch_pjrt.config(checks=checks), torch_pjrt.mode(run_mode):
                 model = modes.to_pjrt(copy.deepcopy(base))
-                step = modes.pjrt_step(
-                    modes.torch_step(
-                        "train", model, x.to("pjrt"), y.to("pjrt"), backend, capturable=True
+                xs, ys = x.to("pjrt"), y.to("pjrt")
+                if mode == "captured":
+                    step = modes.captured_step("train", model, xs, ys)[0]
+                else:
+                    step = modes.pjrt_step(
+                        modes.torch_step("train", model, xs, ys, backend, capturable=True)
                     )
-                )
                 for _ in range(modes.WARMUP):
                     step()
                 made[checks] = step
 
-        def run(checks: bool, made=made, run_mode=run_mode) -> float:
-            with torch_pjrt.mode(run_mode):
-                times = []
-                for _ in range(steps):
-                    start = time.perf_counter()
-                    made[checks]()
-                    times.append(time.perf_counter() - start)
-            return statistics.median(times) * 1e3
-
-        rows[f"{workload} {mode}"] = _paired(run, rounds)
+        # on and off alternate every step (on, off, off, on, ...), so a drift of the
+        # machine's speed moves both alike: the ratio is that of the two medians
+        times: dict = {True: [], False: []}
+        with torch_pjrt.mode(run_mode):
+            for i in range(rounds * steps):
+                for checks in (True, False) if i % 2 == 0 else (False, True):
+                    with torch_pjrt.config(checks=checks):
+                        start = time.perf_counter()
+                        made[checks]()
+                        times[checks].append(time.perf_counter() - start)
+        on, off = statistics.median(times[True]) * 1e3, statistics.median(times[False]) * 1e3
+        rows[f"{workload} {mode}"] = (on, off, on / off)
     return rows
 
 
@@ -132,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=7, help="paired rounds (default 7)")
     ap.add_argument("--calls", type=int, default=500, help="op calls a round (default 500)")
-    ap.add_argument("--steps", type=int, default=5, help="GPT steps a round (default 5)")
+    ap.add_argument("--steps", type=int, default=9, help="GPT steps a round (default 9)")
     ap.add_argument("--only", choices=["ops", "steps"], help="one group of rows")
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
     args = ap.parse_args(argv)

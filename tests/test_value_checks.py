@@ -283,6 +283,73 @@ def test_a_replay_computed_from_a_failed_replay_raises_its_error():
         total.item()
 
 
+@pytest.mark.parametrize("mode", ["eager", "fused"])
+def test_values_computed_from_a_replay_before_the_wait_raise_its_error(mode):
+    """A replay's results, used by other ops before the host waits (and so before its
+    checks are read), pass a failed check on to what those ops compute."""
+    x, index = torch.arange(5.0, device=DEV), _t([1], DEV)
+    out = torch.zeros(1, device=DEV)
+    g = torch.pjrt.Graph()
+    with torch.pjrt.graph(g):
+        out.copy_(x[index] * 2)
+    index.fill_(8)
+    g.replay()
+    with torch_pjrt.mode(mode):
+        derived = out * 3 + 1  # computed before the wait
+        unrelated = x + 1
+    with pytest.raises(IndexError, match="index 8 is out of bounds"):
+        torch.pjrt.synchronize()
+    for value in (derived, out):
+        with pytest.raises(IndexError, match="index 8 is out of bounds"):
+            value.item()
+    torch.testing.assert_close(unrelated.cpu(), torch.arange(5.0) + 1)
+
+
+def test_a_replay_on_replaced_values_does_not_inherit_a_failed_replay():
+    """The values a failed replay fed back carry its error into the next replay, but not
+    once they were all replaced: a replay on good inputs then reads as usual."""
+    x, index = torch.arange(5.0, device=DEV), _t([1], DEV)
+    total = torch.zeros(1, device=DEV)
+    g = torch.pjrt.Graph()
+    with torch.pjrt.graph(g):
+        total.add_(x[index])
+    index.fill_(9)
+    g.replay()
+    with pytest.raises(IndexError, match="index 9 is out of bounds"):
+        torch.pjrt.synchronize()
+    total.copy_(torch.zeros(1))  # the bad sum replaced (from the host)
+    index.fill_(2)
+    g.replay()
+    g.replay()
+    assert total.item() == 4.0
+
+
+def test_checks_that_held_are_read_once_done_and_not_followed():
+    """A checked eager op's flags, once its program is done and its checks held, are read
+    at the next program call (no host wait): what is computed after carries no mark. A
+    failed check is left to the next wait, and what is computed from it still raises."""
+    from torch_pjrt.device.tensor import argument
+    from torch_pjrt.runtime import asserts
+
+    with torch_pjrt.mode("eager"):
+        torch.pjrt.synchronize()
+        x = torch.arange(5.0, device=DEV)
+        y = x[_t([2], DEV)]
+        argument(y).block_until_ready()  # (its program done: no host sync of ours)
+        z = y + 1
+        assert getattr(argument(z), asserts.SOURCES, None) is None
+        assert not asserts._expected  # (nothing unread)
+        bad = x[_t([7], DEV)]
+        argument(bad).block_until_ready()
+        w = bad + 1
+        assert asserts._expected  # (left to the wait)
+        with pytest.raises(IndexError, match="index 7 is out of bounds"):
+            torch.pjrt.synchronize()
+        with pytest.raises(IndexError, match="index 7 is out of bounds"):
+            w.cpu()
+        assert z.item() == 3.0
+
+
 def test_following_stops_when_the_bad_values_are_gone():
     """Once the values of a failed check (and those computed from them) are dropped, the
     failed check is forgotten (program calls stop looking for it in their inputs)."""

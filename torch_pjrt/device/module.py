@@ -74,11 +74,16 @@ class DeviceModule:
         from torch_pjrt.modes import fused
         from torch_pjrt.runtime import transfer
 
-        transfer.host_wait()
         fused.flush_all("synchronize")
         # NOTE: one wait for them all: an array's own block_until_ready costs ~1 us a
         # call, and a training step holds hundreds (parameters, gradients, states)
-        jax.block_until_ready(runtime.live_arrays(_index(device)))
+        try:
+            jax.block_until_ready(runtime.live_arrays(_index(device)))
+        finally:
+            # then the value checks, whose flags are ready now (read first, they would
+            # wait for each program through its flags, then every array again: ~0.1 ms
+            # more after a training step's replay), and the copies to the host
+            transfer.host_wait()
 
     @staticmethod
     def get_device_name(device=None) -> str:

@@ -459,7 +459,11 @@ class Captured:
         self._cells = [cell for _, cell in self.cell_slots]
         self._raw = None  # the cells' values after the last replay
         self._vals = None  # the same, as the program takes them
-        self._marks: dict = {}  # position -> the checks its value comes from (if any)
+        # position -> the checks its value comes from (if any), but for the values the
+        # last replay fed back, which come from its checks (_fed_mark) unless noted here
+        self._marks: dict = {}
+        self._fed_mark = ()
+        self._renoted: set = set()  # fed positions noted since the last replay
         position = {id(cell): i for i, cell in enumerate(self._cells)}
         position_of_slot = {slot: i for i, slot in enumerate(self._slots)}
         fed = {position[id(cell)] for _, cell in self.updatable}
@@ -475,7 +479,7 @@ class Captured:
         self._single_values = _getter([k for k, _ in single])
         self._read_back = [(k, position[id(c)]) for k, c in single if id(c) in position]
         self._shared = [(k, cells) for k, cells in enumerate(self.out_cells) if len(cells) > 1]
-        self._fed_positions = sorted(fed)
+        self._fed = fed  # (positions whose values the graph feeds back)
         self._updatable_cells = [cell for _, cell in self.updatable]
         self._plans: dict = {}  # which updatable cells own their value -> _Plan
         rng_slots = {s for s, _, _ in self.rng} | {o for _, o, _ in self.rng}
@@ -527,6 +531,7 @@ class Captured:
             return self._vals
         vals = list(self._vals) if last is not None else [None] * len(raw)
         marks, sources, wanted = self._marks, asserts.SOURCES, self.wanted
+        fed = self._fed
         odd = []  # (the values held in another shape of the same size)
         for i, (slot, cell) in enumerate(self.cell_slots):
             if last is None or raw[i] is not last[i]:
@@ -534,6 +539,8 @@ class Captured:
                 if v.shape != wanted[slot].shape:
                     odd.append(i)
                 _note(marks, i, getattr(v, sources, None))
+                if i in fed:
+                    self._renoted.add(i)
         if odd:  # one program for them all (an eager reshape costs ~30-50 us each)
             shapes = tuple([wanted[self._slots[i]].shape for i in odd])
             for i, v in zip(odd, _reshaped(shapes)(*[vals[i] for i in odd])):
@@ -552,13 +559,22 @@ class Captured:
 
     def replay(self, seed: int = 0, offset: int = 0) -> None:
         """Run the graph once: its outputs are stored into the cells it writes."""
+        # the marks of the last replay's results, stored now if they wait (before the
+        # program runs: after it, host work competes with its threads on the CPU)
+        asserts.settle()
         vals = self._inputs()
         plan = self._plan()
         pool = vals
         if plan.extra:  # (the random ops' seeds and offsets, arrays not in cells)
             pool = vals + self._extra(seed, offset)
-        marks = self._marks  # (the unread or failed checks the inputs come from)
-        parents = asserts.merged(marks.values()) if marks and asserts.watching() else ()
+        # the unread or failed checks the inputs come from (for the values the last
+        # replay fed back, its own, unless every one of them was replaced since)
+        marks, fed_mark = self._marks, self._fed_mark
+        if len(self._renoted) == len(self._fed):
+            fed_mark = ()
+        parents = ()
+        if (marks or fed_mark) and asserts.watching():
+            parents = asserts.merged([fed_mark, *marks.values()] if marks else [fed_mark])
         gone, rest = plan.gone(pool), plan.rest(pool)
         mesh = self.mesh
         if mesh is not None:  # every rank's arrays: blocks of global arrays
@@ -570,9 +586,8 @@ class Captured:
             values = [mesh[3](v) for v in values]
         n = len(self.out_cells)
         if self.checks:  # (the value after the cells' is the recorded ops' checks)
-            mark = asserts.expect(
-                values[n], self.check_specs, self.program.name, self.line, values[:n], None, parents
-            )
+            name, specs, line = self.program.name, self.check_specs, self.line
+            mark = asserts.expect(values[n], specs, name, line, values[:n], None, parents, True)
         else:
             if parents:
                 asserts.follow(values[:n], parents)
@@ -590,12 +605,12 @@ class Captured:
             cell.array = value
         for k, i in self._read_back:  # (the program's values: the shapes it takes)
             raw[i] = vals[i] = values[k]
-        fed = self._fed_positions
-        if mark:
-            marks.update(dict.fromkeys(fed, mark))
-        elif marks:
-            for i in fed:
+        if self._fed:  # (every fed-back value's mark, in one field: no loop over them)
+            self._fed_mark = mark
+        if self._renoted:  # (fed back again: their marks are the new fed mark)
+            for i in self._renoted:
                 marks.pop(i, None)
+            self._renoted.clear()
         for i in self._stale:
             raw[i] = _STALE
         self.replays += 1

@@ -48,8 +48,10 @@ __all__ = [
     "follow",
     "inner",
     "origins",
+    "reap",
     "refuse_read",
     "restate",
+    "settle",
     "tracing",
     "unpack",
     "verify",
@@ -194,6 +196,7 @@ class _Expected:
 _MAX_EXPECTED = 4096  # checked programs held before their flags are read unasked
 _MAX_SOURCES = 64  # unread checks one value may come from before they are read unasked
 _expected: list[_Expected] = []
+_queue_lock = threading.Lock()  # (verify and reap take records from its front)
 # failed checks some value still comes from: values computed from those are followed on
 # (a record goes when the last value that names it does)
 _failed = weakref.WeakSet()
@@ -268,21 +271,30 @@ def _signature(leaves: list) -> tuple:
 
 def passed(program, key, args) -> bool:
     """Whether ``program``'s checks of ``key`` already passed on exactly these ``args``
-    (then its unchecked variant gives the same results)."""
+    (then its unchecked variant gives the same results). NOTE: on every eager call of a
+    program that checks, so written out in one pass: :func:`_leaves` and
+    :func:`_signature` inline."""
     token = None
-    leaves = _leaves(args)
-    for x in leaves:
-        if x.__class__ is _ArrayImpl:
-            mark = getattr(x, PASSED, None)
-            if mark is not token:
-                if token is not None or mark is None or mark[0] is not program:
+    sig = []
+    for part in args:
+        cls = part.__class__
+        for x in part if cls is list or cls is tuple else (part,):
+            c = x.__class__
+            for y in x if c is list or c is tuple else (x,):
+                if y.__class__ is _ArrayImpl:
+                    mark = getattr(y, PASSED, None)
+                    if mark is not token:
+                        if token is not None or mark is None or mark[0] is not program:
+                            return False
+                        token = mark
+                    sig.append(id(y))
+                elif y.__class__ in VALUE_CLASSES:  # (a pending value: not a concrete input)
                     return False
-                token = mark
-        elif x.__class__ in VALUE_CLASSES:  # (a pending value: not a concrete input)
-            return False
+                else:
+                    sig.append(y)
     if token is None or token[1] != key:
         return False
-    return token[3][0] and token[2] == _signature(leaves)
+    return token[3][0] and token[2] == tuple(sig)
 
 
 def _mark(inputs, record: _Expected) -> None:
@@ -325,15 +337,21 @@ def _values(tree, out: list | None = None) -> list:
     return out
 
 
-def expect(flags, specs, op: str, line, results, inputs=None, parents=None) -> None:
+def expect(
+    flags, specs, op: str, line, results, inputs=None, parents=None, lazily: bool = False
+) -> None:
     """Checks a program ran for ``op`` (called at ``line``: 'file:line' or
     ``events.user_site``'s pair), read at the next host sync: ``flags`` (their packed
     array or pending value) and ``specs`` (:class:`Checked`'s); ``results`` (a tree of
     arrays or pending values) raise the error when read if one fails, and so does every
     value computed from them (:func:`derive`). ``parents``: the checks the program's
     inputs come from (:func:`origins`), when the caller knows them; else those the
-    executor marked the results with. Returns what the results are marked with."""
-    values = _values(results)
+    executor marked the results with. Returns what the results are marked with.
+
+    ``lazily`` (a captured graph's replay: ``results`` a list of arrays): the results
+    are marked when something first looks at marks (:func:`settle`), or never, when the
+    checks are read and held first (a replay, then a host wait: the common case)."""
+    values = results if lazily else _values(results)
     if parents is None:
         parents = origins(values)
     global _copy_ahead
@@ -348,8 +366,11 @@ def expect(flags, specs, op: str, line, results, inputs=None, parents=None) -> N
     if inputs is not None:
         _mark(inputs, record)
     mine = (record,)
-    for v in values:
-        setattr(v, SOURCES, mine)
+    if lazily:
+        _unmarked.append((values, mine))
+    else:
+        for v in values:  # (SOURCES, stored directly: a third cheaper than setattr)
+            v._torch_pjrt_checks = mine
     _expected.append(record)  # (atomic)
     if settings.mode == "debug":  # synchronous: at the op
         verify(at_op=True)
@@ -358,6 +379,38 @@ def expect(flags, specs, op: str, line, results, inputs=None, parents=None) -> N
     elif _read_soon:  # (those computed already: no recording is cut for it)
         verify(ready_only=True)
     return mine
+
+
+# (values, mark) of results whose marks wait (expect's ``lazily``): NOTE: a captured
+# graph's replay makes ~100 results; marking them costs more than the replay's other
+# host work, and after a replay the host usually waits (its checks read and held) before
+# anything looks at them. The next replay settles them first (so one replay's results
+# wait at most: they are held here)
+_unmarked: list = []
+
+
+def settle() -> None:
+    """Store the marks :func:`expect` left for later: called before marks are looked at."""
+    while _unmarked:
+        values, mark = _unmarked.pop()  # (each value is the result of one program)
+        for v in values:
+            v._torch_pjrt_checks = mark
+
+
+def _settle_read() -> None:
+    """After checks were read: the waiting marks of failed checks stored (their values
+    refuse reads), those of checks that held dropped, the unread ones kept waiting."""
+    todo = _unmarked[:]
+    del _unmarked[: len(todo)]  # (what other threads append meanwhile stays)
+    waiting = []
+    for values, mark in todo:
+        record = mark[0]
+        if not record.read:
+            waiting.append((values, mark))
+        elif record.error is not None:
+            for v in values:
+                v._torch_pjrt_checks = mark
+    _unmarked[:0] = waiting
 
 
 def _value(x):
@@ -378,17 +431,20 @@ def verify(at_op: bool = False, ready_only: bool = False, done_only: bool = Fals
     _read_soon = False
     if not _expected:
         return
-    todo = _expected[:]
-    del _expected[: len(todo)]  # (what other threads append meanwhile stays)
+    with _queue_lock:  # (reap takes records from the front too)
+        todo = _expected[:]
+        del _expected[: len(todo)]  # (what other threads append meanwhile stays)
     if ready_only:
         waiting = [r for r in todo if getattr(r.flags, "graph", None) is not None]
         if waiting:
-            _expected[:0] = waiting  # (kept in order, before what came meanwhile)
+            with _queue_lock:
+                _expected[:0] = waiting  # (kept in order, before what came meanwhile)
             todo = [r for r in todo if getattr(r.flags, "graph", None) is None]
     if done_only:  # (one test per record: a program may finish meanwhile)
         done = [_done(r.flags) for r in todo]
         if not all(done):
-            _expected[:0] = [r for r, d in zip(todo, done) if not d]
+            with _queue_lock:
+                _expected[:0] = [r for r, d in zip(todo, done) if not d]
             todo = [r for r, d in zip(todo, done) if d]
     error = None
     for record in todo:
@@ -396,7 +452,10 @@ def verify(at_op: bool = False, ready_only: bool = False, done_only: bool = Fals
             rows = np.asarray(_value(record.flags))  # (copied to the host already, or now)
         except Exception:  # noqa: BLE001  (the program itself failed: its reader reports it)
             rows = None
-        failed = None if rows is None or rows[:, 0].all() else _error(record, rows, at_op)
+        # (a list's test: numpy's own all() costs ~10 us right after a big program)
+        failed = (
+            None if rows is None or 0 not in rows[:, 0].tolist() else _error(record, rows, at_op)
+        )
         if failed is None:  # (its inputs' failed checks are its values' too)
             failed = next((p.error for p in record.parents if p.error is not None), None)
         else:
@@ -407,8 +466,39 @@ def verify(at_op: bool = False, ready_only: bool = False, done_only: bool = Fals
         if failed is not None:
             _failed.add(record)
         record.flags = record.parents = None
+    if _unmarked:
+        _settle_read()
     if error is not None:
         raise error
+
+
+def reap() -> bool:
+    """Read the checks at the front of the queue whose programs are done and that held
+    (an eager op's program is done within microseconds), so that values computed from
+    theirs stop being followed (:func:`derive`: ~4 us a program call, every op of a step
+    after its first checked one). A failed check, or one computed from unread checks, is
+    left to the next wait, which raises it. Returns whether any was read."""
+    read = False
+    while _expected:
+        with _queue_lock:
+            if not _expected:
+                break
+            record = _expected[0]
+            flags = record.flags
+            if flags.__class__ is not _ArrayImpl or not flags.is_ready():
+                break
+            for p in record.parents:
+                if not p.read or p.error is not None:
+                    return read
+            rows = np.asarray(flags)
+            if 0 in rows[:, 0].tolist():
+                break
+            del _expected[0]
+            record.read = read = True
+            if record.held is not None:
+                record.held[0] = True
+            record.flags = record.parents = None
+    return read
 
 
 def _done(flags) -> bool:
@@ -487,6 +577,8 @@ def origins(inputs) -> tuple:
     """The checks ``inputs`` (arrays, pending values, nested lists and tuples of them;
     other leaves ignored) were computed from that are unread or failed, each once;
     empty for values no such check made."""
+    if _unmarked:
+        settle()
     found: list = []
     _origins(inputs, found)
     if not found:
@@ -516,8 +608,8 @@ def follow(values, sources: tuple) -> None:
     """``values`` (arrays or pending values) were computed from ``sources``
     (:func:`origins`): they raise a failed source's error when read."""
     global _read_soon
-    for v in values:
-        setattr(v, SOURCES, sources)
+    for v in values:  # (SOURCES, stored directly)
+        v._torch_pjrt_checks = sources
     if len(sources) > _MAX_SOURCES:  # from many unread checks: read them at the next
         _read_soon = True  # checked op (not here, inside a program call or a flush)
 
@@ -536,6 +628,8 @@ def derive(inputs, outputs) -> None:
     failed, so do the outputs (their reads raise its error). Called by the executor for
     every program call while :func:`watching`."""
     sources = origins(inputs)
+    if sources and reap():  # (checks that held and are read now: not followed)
+        sources = origins(inputs)
     if sources:
         follow(_values(outputs), sources)
 
@@ -552,6 +646,8 @@ def became(pendings) -> None:
 def refuse_read(array) -> None:
     """Raise the error of a failed check that ``array`` comes from, if one did (after a
     host sync: every check read)."""
+    if _unmarked:
+        settle()
     sources = getattr(array, SOURCES, None)
     if sources is not None:
         for r in sources:
