@@ -390,8 +390,12 @@ class _Graph:
             return m
 
         inputs = []
-        for x in self.inputs:
-            found = asserts.origins((x,)) if x.__class__ is _ArrayImpl else ()
+        asserts.settle()
+        marked = asserts.SOURCES
+        for x in self.inputs:  # (most carry no mark: one attribute lookup each)
+            found = getattr(x, marked, None) if x.__class__ is _ArrayImpl else None
+            if found is not None:
+                found = asserts.merged((found,))  # (those unread or failed)
             inputs.append(mask(found) if found else 0)
         masks = []
         for _, _, refs, outs in self.nodes:

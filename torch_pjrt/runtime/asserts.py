@@ -337,6 +337,13 @@ def _values(tree, out: list | None = None) -> list:
     return out
 
 
+def _store(values, mark: tuple) -> None:
+    """Mark ``values`` (arrays or pending values) as computed from the checks ``mark``
+    (SOURCES, stored directly: a third cheaper than setattr)."""
+    for v in values:
+        v._torch_pjrt_checks = mark
+
+
 def expect(
     flags, specs, op: str, line, results, inputs=None, parents=None, lazily: bool = False
 ) -> None:
@@ -369,8 +376,7 @@ def expect(
     if lazily:
         _unmarked.append((values, mine))
     else:
-        for v in values:  # (SOURCES, stored directly: a third cheaper than setattr)
-            v._torch_pjrt_checks = mine
+        _store(values, mine)
     _expected.append(record)  # (atomic)
     if settings.mode == "debug":  # synchronous: at the op
         verify(at_op=True)
@@ -392,9 +398,7 @@ _unmarked: list = []
 def settle() -> None:
     """Store the marks :func:`expect` left for later: called before marks are looked at."""
     while _unmarked:
-        values, mark = _unmarked.pop()  # (each value is the result of one program)
-        for v in values:
-            v._torch_pjrt_checks = mark
+        _store(*_unmarked.pop())  # (each value is the result of one program)
 
 
 def _settle_read() -> None:
@@ -408,8 +412,7 @@ def _settle_read() -> None:
         if not record.read:
             waiting.append((values, mark))
         elif record.error is not None:
-            for v in values:
-                v._torch_pjrt_checks = mark
+            _store(values, mark)
     _unmarked[:0] = waiting
 
 
@@ -434,18 +437,10 @@ def verify(at_op: bool = False, ready_only: bool = False, done_only: bool = Fals
     with _queue_lock:  # (reap takes records from the front too)
         todo = _expected[:]
         del _expected[: len(todo)]  # (what other threads append meanwhile stays)
-    if ready_only:
-        waiting = [r for r in todo if getattr(r.flags, "graph", None) is not None]
-        if waiting:
-            with _queue_lock:
-                _expected[:0] = waiting  # (kept in order, before what came meanwhile)
-            todo = [r for r in todo if getattr(r.flags, "graph", None) is None]
+    if ready_only:  # (a pending value's graph: still recording)
+        todo = _requeue(todo, [getattr(r.flags, "graph", None) is None for r in todo])
     if done_only:  # (one test per record: a program may finish meanwhile)
-        done = [_done(r.flags) for r in todo]
-        if not all(done):
-            with _queue_lock:
-                _expected[:0] = [r for r, d in zip(todo, done) if not d]
-            todo = [r for r, d in zip(todo, done) if d]
+        todo = _requeue(todo, [_done(r.flags) for r in todo])
     error = None
     for record in todo:
         try:
@@ -470,6 +465,16 @@ def verify(at_op: bool = False, ready_only: bool = False, done_only: bool = Fals
         _settle_read()
     if error is not None:
         raise error
+
+
+def _requeue(todo: list, now: list) -> list:
+    """The records of ``todo`` to read now (``now``: a bool each); the others go back to
+    the front of the queue, in order, before what other threads appended meanwhile."""
+    if all(now):
+        return todo
+    with _queue_lock:
+        _expected[:0] = [r for r, n in zip(todo, now) if not n]
+    return [r for r, n in zip(todo, now) if n]
 
 
 def reap() -> bool:
@@ -608,8 +613,7 @@ def follow(values, sources: tuple) -> None:
     """``values`` (arrays or pending values) were computed from ``sources``
     (:func:`origins`): they raise a failed source's error when read."""
     global _read_soon
-    for v in values:  # (SOURCES, stored directly)
-        v._torch_pjrt_checks = sources
+    _store(values, sources)
     if len(sources) > _MAX_SOURCES:  # from many unread checks: read them at the next
         _read_soon = True  # checked op (not here, inside a program call or a flush)
 
