@@ -64,6 +64,8 @@ NATIVE = {
     aten.as_strided.default: "a view: aliases its base's storage",
     aten.view.default: "a view: aliases its base's storage",
     aten.empty.memory_format: "allocates device storage",
+    aten.full.default: "other layouts and pinned memory take ATen's empty, then fill_",
+    aten.scalar_tensor.default: "other layouts and pinned memory take ATen's empty, then fill_",
     aten.empty_strided.default: "allocates device storage",
     aten.index.Tensor: "a boolean mask selects a data-dependent number of elements",
     aten.index_put.default: "a boolean mask selects a data-dependent number of elements",

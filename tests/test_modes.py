@@ -131,6 +131,32 @@ def test_isin_is_one_recorded_op():
         assert found.cpu().tolist() == torch.isin(torch.arange(10), torch.tensor([0, 7])).tolist()
 
 
+def test_factories_are_one_recorded_op():
+    """full, zeros, ones, scalar_tensor, new_ones and arange(end) record one op each (ATen's
+    composites record an allocation, the fill and the write into it): generate() makes
+    several a token; one program for every fill value."""
+    base = torch.ones(2).to("pjrt")
+    made = [
+        lambda v: torch.full((2, 3), v, device="pjrt"),
+        lambda v: torch.zeros(4, device="pjrt"),
+        lambda v: torch.ones(1, 4, dtype=torch.int64, device="pjrt"),
+        lambda v: torch.scalar_tensor(v, device="pjrt"),
+        lambda v: base.new_ones((3,)),
+        lambda v: torch.arange(5, device="pjrt"),
+    ]
+    with torch_pjrt.mode("fused"):
+        for make in made:
+            metrics.reset()
+            make(1.5)
+            assert metrics.as_dict()["fused_ops"] == 1
+    with torch_pjrt.mode("eager"):
+        torch.full((3,), 2.0, device="pjrt")
+        metrics.reset()
+        values = [torch.full((3,), v, device="pjrt").cpu() for v in (0.5, -1.0, 7.25)]
+        assert metrics.as_dict().get("compilations", 0) == 0
+        assert [v.tolist() for v in values] == [[0.5] * 3, [-1.0] * 3, [7.25] * 3]
+
+
 def test_fused_flushes_at_synchronize_step_end_and_size_cap():
     x = torch.ones(3).to("pjrt")
     with torch_pjrt.mode("fused"):

@@ -6,6 +6,8 @@ results (values, shapes, strides, aliasing facts) must be equal.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -397,3 +399,59 @@ def test_isin_of_many_test_elements_matches_cpu(mode):
 
     with torch_pjrt.mode(mode):
         _same_on_both(case)
+
+
+FACTORIES = {
+    "full int": lambda d: torch.full((2, 3), 7, device=d),
+    "full bool": lambda d: torch.full((2,), True, device=d),
+    "full float into int8": lambda d: torch.full((3,), -2.7, dtype=torch.int8, device=d),
+    "full complex": lambda d: torch.full((2,), 1 + 2j, device=d),
+    "full nan": lambda d: torch.full((2,), float("nan"), dtype=torch.bfloat16, device=d),
+    "full big int": lambda d: torch.full((1,), 2**62 + 1, device=d),
+    "zeros empty": lambda d: torch.zeros(2, 0, 3, dtype=torch.int32, device=d),
+    "ones": lambda d: torch.ones((), dtype=torch.float64, device=d),
+    "scalar_tensor": lambda d: torch.scalar_tensor(3, device=d),
+    "new_full": lambda d: torch.ones(2, dtype=torch.int16, device=d).new_full((3,), 5),
+    "new_zeros": lambda d: torch.ones(2, device=d).new_zeros((2, 2), dtype=torch.uint8),
+    "new_ones": lambda d: torch.ones(2, dtype=torch.bool, device=d).new_ones((1, 2)),
+    "arange(end)": lambda d: torch.arange(5, device=d),
+    "arange(start, end)": lambda d: torch.arange(2.5, 6, device=d),
+    "arange(start, end, step)": lambda d: torch.arange(1, 10, 3, dtype=torch.float64, device=d),
+}
+
+FACTORY_ERRORS = {
+    "zeros negative": lambda d: torch.zeros(-1, device=d),
+    "ones negative": lambda d: torch.ones(2, -1, device=d),
+    "full overflow": lambda d: torch.full((1,), 300, dtype=torch.uint8, device=d),
+    "arange bounds": lambda d: torch.arange(5, 1, device=d),
+}
+
+
+@pytest.mark.parametrize("mode", ["eager", "fused"])
+@pytest.mark.parametrize("name", FACTORIES)
+def test_factories_match_cpu(name, mode):
+    """full, zeros, ones, scalar_tensor, new_* and arange make their value in one program:
+    its dtype, shape, strides and values are the CPU's."""
+    expected = FACTORIES[name]("cpu")
+    with torch_pjrt.mode(mode):
+        got = FACTORIES[name]("pjrt")
+    layout = (expected.dtype, expected.shape, expected.stride())
+    assert (got.dtype, got.shape, got.stride()) == layout
+    torch.testing.assert_close(got.cpu(), expected, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("name", FACTORY_ERRORS)
+def test_factory_errors_match_cpu(name):
+    with pytest.raises(RuntimeError) as on_cpu:
+        FACTORY_ERRORS[name]("cpu")
+    with pytest.raises(RuntimeError, match=re.escape(str(on_cpu.value))):
+        FACTORY_ERRORS[name]("pjrt")
+
+
+def test_factories_on_another_device_and_layouts():
+    assert torch.zeros(2, device="pjrt:1").device == torch.device("pjrt:1")
+    assert torch.ones(2, device="pjrt:1").new_full((3,), 2.0).device == torch.device("pjrt:1")
+    with pytest.raises(RuntimeError, match="Invalid device pjrt:7"):
+        torch.full((2,), 1.0, device="pjrt:7")
+    leaf = torch.zeros(3, device="pjrt", requires_grad=True)
+    assert leaf.requires_grad and leaf.is_leaf

@@ -1,8 +1,12 @@
-"""Creation lowerings: ranges, identity matrices, triangle indices; factories in graphs.
+"""Creation lowerings: ranges, identity matrices, triangle indices, filled tensors.
 
-``full``, ``zeros``, ``ones``, ``scalar_tensor`` and the ``*_like`` ops are
-CompositeExplicitAutograd in ATen (``empty`` then ``fill_``) and need no eager kernel
-here; in traced graphs they are lowered as values (``lowers_in_graphs``, below).
+``full``, ``zeros``, ``ones``, ``scalar_tensor``, ``new_full``/``new_zeros``/``new_ones``
+and ``arange`` are CompositeExplicitAutograd in ATen (``empty``, then ``fill_`` or an
+``out=`` kernel): three ops on pjrt (a new storage, a program, a write into it). Their
+eager kernels here make the value in one program (one recorded op in fused mode) and
+wrap it: ~15-20 us a call against ~40-75. The ``*_like`` ops stay composite (their
+``memory_format`` keeps the input's strides through ``empty_like``). In traced graphs
+all of them are lowered as values (``lowers_in_graphs``, below).
 """
 
 from __future__ import annotations
@@ -14,12 +18,13 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from torch_pjrt.device import random as pjrt_random
 from torch_pjrt.device.tensor import wrap, write
 from torch_pjrt.modes import fused
 from torch_pjrt.ops._helpers import default_dtype, spaced
+from torch_pjrt.ops.memory import device_index
 from torch_pjrt.ops.registry import implements, lowers
 from torch_pjrt.ops.registry import lowers_in_graphs as in_graphs
+from torch_pjrt.ops.scalar_fits import check_fits
 from torch_pjrt.runtime import executor
 from torch_pjrt.runtime.transfer import jax_dtype
 
@@ -82,13 +87,6 @@ def _resized(out: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _device_index(device) -> int:
-    if device is None:
-        return pjrt_random.current_device()
-    device = torch.device(device)
-    return device.index if device.index is not None else pjrt_random.current_device()
-
-
 def _arange_value(start, end, step, dtype: torch.dtype, index: int):
     length = _arange_length(start, end, step, dtype)
     # Python numbers go in as weakly typed arguments (cast to the accumulation dtype
@@ -107,7 +105,19 @@ def arange(start, end, step=1, *, dtype=None, layout=None, device=None, pin_memo
     if dtype is None:
         integral = all(isinstance(x, (bool, int)) for x in (start, end, step))
         dtype = torch.int64 if integral else torch.get_default_dtype()
-    return _arange(start, end, step, dtype, _device_index(device))
+    return _arange(start, end, step, dtype, device_index(device))
+
+
+@implements(aten.arange.default)
+def arange_end(end, *, dtype=None, layout=None, device=None, pin_memory=None):
+    # (ATen's composite arange(end) and arange(start, end) make an empty tensor and call
+    # arange.start_out: an allocation and a write more than arange.start_step's kernel)
+    return arange(0, end, 1, dtype=dtype, device=device)
+
+
+@implements(aten.arange.start)
+def arange_start(start, end, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return arange(start, end, 1, dtype=dtype, device=device)
 
 
 @implements(aten.arange.start_out)
@@ -233,6 +243,102 @@ def tril_indices(row, col, offset=0, dtype=None, layout=None, device=None, pin_m
 @lowers(aten.triu_indices.default)
 def triu_indices(row, col, offset=0, dtype=None, layout=None, device=None, pin_memory=None):
     return _triangle_indices(row, col, offset, False, dtype)
+
+
+# --- filled tensors: one program eagerly -------------------------------------------------
+
+
+def _make_filled(shape: tuple, dtype: torch.dtype, index: int):
+    def program(value):  # (a Python number: one program for every value)
+        return jnp.full(shape, value, jax_dtype(dtype))
+
+    return program
+
+
+_filled_program = executor.helper(
+    "full",
+    _make_filled,
+    placed=lambda shape, dtype, index: index,  # (no inputs to follow)
+)
+
+_INT64 = range(-(2**63), 2**63)
+
+
+def _filled(size, value, dtype: torch.dtype, layout, device, pin_memory) -> torch.Tensor:
+    """A new tensor of ``size`` and ``dtype`` holding ``value`` everywhere, in one program.
+    What the one program does not cover (a layout other than strided, pinned memory, a
+    negative size, an integer past int64) takes ATen's own way, ``empty`` then ``fill_``
+    (with its errors)."""
+    shape = tuple(size)
+    cls = value.__class__
+    if (
+        layout not in (None, torch.strided)
+        or pin_memory
+        or cls not in (bool, int, float, complex)
+        or (cls is int and value not in _INT64)
+        or any(s < 0 for s in shape)
+    ):
+        out = torch.empty(shape, dtype=dtype, layout=layout, device=device, pin_memory=pin_memory)
+        return out.fill_(value)
+    jax_dtype(dtype)  # (a dtype the platform lacks: its TypeError, as empty's)
+    check_fits(value, dtype)  # (fill_'s overflow error)
+    index = device_index(device)
+    program = _filled_program(shape, dtype, index)
+    return wrap(fused.apply(program, (value,), index, "full"), index, owned=True)
+
+
+def _full_dtype(fill_value) -> torch.dtype:
+    """ATen's dtype of ``full`` without ``dtype=``: the fill value's kind."""
+    if isinstance(fill_value, bool):
+        return torch.bool
+    if isinstance(fill_value, int):
+        return torch.int64
+    if isinstance(fill_value, complex):
+        wide = torch.get_default_dtype() == torch.float64
+        return torch.complex128 if wide else torch.complex64
+    return torch.get_default_dtype()
+
+
+@implements(aten.full.default)
+def full_eager(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
+    dtype = dtype if dtype is not None else _full_dtype(fill_value)
+    return _filled(size, fill_value, dtype, layout, device, pin_memory)
+
+
+@implements(aten.scalar_tensor.default)
+def scalar_tensor_eager(s, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _filled((), s, dtype or torch.get_default_dtype(), layout, device, pin_memory)
+
+
+@implements(aten.new_full.default)
+def new_full_eager(
+    self, size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None
+):
+    dtype = dtype if dtype is not None else self.dtype
+    device = device if device is not None else self.device
+    return _filled(size, fill_value, dtype, layout, device, pin_memory)
+
+
+def _constant_eager(value):
+    def allocate(size, *, dtype=None, layout=None, device=None, pin_memory=None):
+        if value == 0 and any(s < 0 for s in size):  # (ATen's zeros checks first)
+            raise RuntimeError("zeros: Dimension size must be non-negative.")
+        return _filled(size, value, dtype or torch.get_default_dtype(), layout, device, pin_memory)
+
+    def new(self, size, *, dtype=None, layout=None, device=None, pin_memory=None):
+        dtype = dtype if dtype is not None else self.dtype
+        device = device if device is not None else self.device
+        return _filled(size, value, dtype, layout, device, pin_memory)
+
+    return allocate, new
+
+
+for _value, _ops in (
+    (0, (aten.zeros.default, aten.new_zeros.default)),
+    (1, (aten.ones.default, aten.new_ones.default)),
+):
+    for _op, _fn in zip(_ops, _constant_eager(_value)):
+        implements(_op)(_fn)
 
 
 # --- allocation in graphs (eagerly: ``empty``, then ``fill_``) ----------------------------

@@ -39,7 +39,8 @@ from torch_pjrt.runtime.transfer import jax_dtype
 aten = torch.ops.aten
 
 
-def _index(device) -> int:
+def device_index(device) -> int:
+    """The index of a factory's ``device=`` (the current device when None), checked."""
     if device is None:
         return pjrt_random.current_device()
     device = torch.device(device)
@@ -61,18 +62,22 @@ def empty_strided_tensor(shape, strides, dtype, index) -> torch.Tensor:
 def empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
     dtype = dtype or torch.get_default_dtype()
     shape = tuple(size)
-    if any(s < 0 for s in shape):
-        raise RuntimeError(f"Trying to create tensor with negative dimension: {list(shape)}")
+    negative = [s for s in shape if s < 0]
+    if negative:  # (CPU PyTorch's words)
+        raise RuntimeError(
+            f"Trying to create tensor with negative dimension {negative[0]}: {list(shape)}"
+        )
     if memory_format in (torch.channels_last, torch.channels_last_3d) and len(shape) in (4, 5):
         strides = torch.empty(shape, device="meta", memory_format=memory_format).stride()
-        return empty_strided_tensor(shape, strides, dtype, _index(device))
+        return empty_strided_tensor(shape, strides, dtype, device_index(device))
     _check_dtype(dtype)
-    return new_tensor(shape, dtype, _index(device))
+    return new_tensor(shape, dtype, device_index(device))
 
 
 @implements(aten.empty_strided.default)
 def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
-    return empty_strided_tensor(size, stride, dtype or torch.get_default_dtype(), _index(device))
+    dtype = dtype or torch.get_default_dtype()
+    return empty_strided_tensor(size, stride, dtype, device_index(device))
 
 
 def _host_read(t: torch.Tensor, kept: bool = False) -> jax.Array:
@@ -161,7 +166,7 @@ def _to_copy(
     strides = _copy_strides(self, memory_format)
     if target.type == "pjrt":
         _check_dtype(dtype)
-        index = _index(target)
+        index = device_index(target)
         value = _value_on(self, dtype, self.shape, index)
         if strides is None:
             return new_tensor(self.shape, dtype, index, value, owned=True)
