@@ -60,6 +60,7 @@ DECOMPOSED = (BACKEND_DECOMPOSITION, IMPLICIT, EXPLICIT)
 NATIVE = {
     aten._local_scalar_dense.default: "item(): reads a value back to the host",
     aten._to_copy.default: "moves data between devices and the host",
+    aten.clone.default: "a copy in the layout its memory_format gives (_to_copy's)",
     aten.arange.start_step: "its length is computed from the scalars on the host",
     aten.as_strided.default: "a view: aliases its base's storage",
     aten.view.default: "a view: aliases its base's storage",

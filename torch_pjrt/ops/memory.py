@@ -186,6 +186,13 @@ def _to_copy(
     return host
 
 
+@implements(aten.clone.default)
+def clone(self, memory_format=None):
+    # (ATen's composite clone is empty_like, then copy_: a new storage and a write into
+    # it; a copy on the same device is _to_copy's, in the layout memory_format gives)
+    return _to_copy(self, memory_format=memory_format)
+
+
 def _copy_strides(src: torch.Tensor, memory_format):
     """The strides of a copy of ``src`` as PyTorch lays it out for ``memory_format``
     (``preserve_format``: src's own when they are dense and non-overlapping), or None
