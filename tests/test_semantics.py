@@ -455,3 +455,28 @@ def test_factories_on_another_device_and_layouts():
         torch.full((2,), 1.0, device="pjrt:7")
     leaf = torch.zeros(3, device="pjrt", requires_grad=True)
     assert leaf.requires_grad and leaf.is_leaf
+
+
+CLONES = {
+    "contiguous": lambda t: t.clone(),
+    "transposed": lambda t: t.transpose(0, 2).clone(),
+    "strided slice": lambda t: t[:, 1:, ::2].clone(),
+    "contiguous_format": lambda t: t.transpose(0, 1).clone(memory_format=torch.contiguous_format),
+    "permuted": lambda t: t.permute(2, 0, 1).clone(),
+    "channels_last": lambda t: t.reshape(1, 2, 3, 4).clone(memory_format=torch.channels_last),
+    "expanded": lambda t: t[:, :1].expand(2, 5, 4).clone(),
+}
+
+
+@pytest.mark.parametrize("mode", ["eager", "fused"])
+@pytest.mark.parametrize("name", CLONES)
+def test_clone_lays_out_as_cpu_and_owns_its_storage(name, mode):
+    base = torch.arange(24.0).reshape(2, 3, 4)
+    expected = CLONES[name](base)
+    with torch_pjrt.mode(mode):
+        source = base.to("pjrt")
+        got = CLONES[name](source)
+        got.add_(1)  # (a write into the clone leaves its source as it was)
+    assert got.stride() == expected.stride()
+    torch.testing.assert_close(got.cpu(), expected + 1, rtol=0, atol=0)
+    torch.testing.assert_close(source.cpu(), base, rtol=0, atol=0)
