@@ -76,23 +76,26 @@ def arrays_of(vals: list, positions: list, index: int, lazy: bool = False) -> tu
     return arrays, has_tensors
 
 
-def plain_arrays(vals: list, positions: list) -> tuple | None:
-    """:func:`arrays_of` for the common eager call, with as little host work as possible
-    (one look at each storage, ``tensor.read_on_device``): ``(arrays, device index)``
-    when every tensor is a strided pjrt tensor on one device and no mesh is in use,
-    else None (the general binding then runs, and raises PyTorch's errors)."""
+def plain_arrays(vals: list, positions: list, lazy: bool = False) -> tuple | None:
+    """:func:`arrays_of` for the common call, with as little host work as possible (one
+    look at each storage, ``tensor.read_on_device``; no ``device`` objects):
+    ``(arrays, device index)`` when every tensor is a strided pjrt tensor on one device,
+    no argument is a list and no mesh is in use, else None (the general binding then
+    runs, and raises PyTorch's errors). ``lazy``: as :func:`array_of`'s."""
     index = None
     arrays = []
     for i in positions:
         v = vals[i]
         if isinstance(v, torch.Tensor):
-            found = read_on_device(v) if v.layout is torch.strided else None
+            found = read_on_device(v, lazy) if v.layout is torch.strided else None
             if found is None or (index is not None and found[1] != index):
                 return None  # CPU scalars, device errors: the general path
             array, index = found
             arrays.append(array)
+        elif v.__class__ is list or v.__class__ is tuple:
+            return None  # (a tensor list: the general path)
         else:  # None, or a wrapped Python number
-            arrays.append(device_scalar(v))
+            arrays.append(v if lazy else device_scalar(v))
     if index is None or executor.mesh_in_use:
         return None
     return arrays, index

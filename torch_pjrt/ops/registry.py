@@ -414,10 +414,14 @@ class Kernel:
             vals[self._generator] = None  # (not a static: one program for every generator)
         if self.fits is not None:
             self._check_fits(vals)
-        index = _device_index(vals, sig)
         path = op_path()
         lazy = path == "fused"
-        arrays, has_tensors = binding.arrays_of(vals, sig.arrays, index, lazy)
+        bound = binding.plain_arrays(vals, sig.arrays, lazy)  # (the common case, cheaply)
+        if bound is not None:
+            (arrays, index), has_tensors = bound, True
+        else:
+            index = _device_index(vals, sig)
+            arrays, has_tensors = binding.arrays_of(vals, sig.arrays, index, lazy)
         scalars = self._scalars(vals, lazy)
         key = _program_key(vals, sig)
         if not has_tensors:  # nothing to follow: the program places its outputs
