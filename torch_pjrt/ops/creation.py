@@ -314,9 +314,13 @@ def scalar_tensor_eager(s, *, dtype=None, layout=None, device=None, pin_memory=N
 def new_full_eager(
     self, size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None
 ):
-    dtype = dtype if dtype is not None else self.dtype
-    device = device if device is not None else self.device
+    dtype, device = _of(self, dtype, device)
     return _filled(size, fill_value, dtype, layout, device, pin_memory)
+
+
+def _of(self, dtype, device) -> tuple:
+    """A ``new_*`` factory's dtype and device: ``self``'s where not given."""
+    return (self.dtype if dtype is None else dtype), (self.device if device is None else device)
 
 
 def _constant_eager(value):
@@ -326,8 +330,7 @@ def _constant_eager(value):
         return _filled(size, value, dtype or torch.get_default_dtype(), layout, device, pin_memory)
 
     def new(self, size, *, dtype=None, layout=None, device=None, pin_memory=None):
-        dtype = dtype if dtype is not None else self.dtype
-        device = device if device is not None else self.device
+        dtype, device = _of(self, dtype, device)
         return _filled(size, value, dtype, layout, device, pin_memory)
 
     return allocate, new
@@ -345,14 +348,7 @@ for _value, _ops in (
 
 
 def _fill_dtype(fill_value):
-    if isinstance(fill_value, bool):
-        return jnp.bool_
-    if isinstance(fill_value, int):
-        return jnp.int64
-    if isinstance(fill_value, complex):
-        wide = torch.get_default_dtype() == torch.float64
-        return jax_dtype(torch.complex128 if wide else torch.complex64)
-    return jax_dtype(torch.get_default_dtype())
+    return jax_dtype(_full_dtype(fill_value))
 
 
 @in_graphs(aten.full.default)
