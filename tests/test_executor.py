@@ -113,12 +113,12 @@ def test_a_compiled_graph_compiles_once(label, fn):
     assert _compilations("fused") == 0, d.get("fused_compile_causes")
 
 
-# the small programs of raw kernels: a strided view's read and write, a cast, a layout
+# the small programs of raw kernels: a strided view's read and write, a cast, a filled tensor
 HELPERS = [
     ("view read", lambda a: a.t().contiguous()),
     ("view write", lambda a: a.clone()[:, 1:3].mul_(2)),
     ("cast", lambda a: a.to(torch.float16)),
-    ("zeros", lambda a: torch.zeros(a.shape, device=a.device)),
+    ("full", lambda a: torch.zeros(a.shape, device=a.device)),
 ]
 
 
