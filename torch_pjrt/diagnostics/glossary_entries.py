@@ -303,10 +303,11 @@ ENTRIES = (
     # --- allocation, storage, asserts ---------------------------------------------------
     Entry(
         "ops-negative-dimension",
-        r"Trying to create tensor with negative dimension",
+        r"Trying to create tensor with negative dimension|zeros: Dimension size must be "
+        r"non-negative",
         meaning="A tensor was allocated or resized with a negative size.",
         cause="A size computed in Python came out negative (e.g. n - k with k > n), passed "
-        "to torch.empty, new_empty or Tensor.resize_.",
+        "to torch.empty, torch.zeros, torch.full, new_empty or Tensor.resize_.",
         fix="Check the computed sizes before allocating; every dimension must be >= 0.",
         doc="docs/semantics.md#argument-checks",
     ),
