@@ -21,7 +21,7 @@ import torch
 from torch_pjrt.device.tensor import wrap, write
 from torch_pjrt.modes import fused
 from torch_pjrt.ops._helpers import default_dtype, spaced
-from torch_pjrt.ops.memory import device_index
+from torch_pjrt.ops.memory import check_dtype, device_index
 from torch_pjrt.ops.registry import implements, lowers
 from torch_pjrt.ops.registry import lowers_in_graphs as in_graphs
 from torch_pjrt.ops.scalar_fits import check_fits
@@ -280,7 +280,7 @@ def _filled(size, value, dtype: torch.dtype, layout, device, pin_memory) -> torc
     ):
         out = torch.empty(shape, dtype=dtype, layout=layout, device=device, pin_memory=pin_memory)
         return out.fill_(value)
-    jax_dtype(dtype)  # (a dtype the platform lacks: its TypeError, as empty's)
+    check_dtype(dtype)  # (as empty's)
     check_fits(value, dtype)  # (fill_'s overflow error)
     index = device_index(device)
     program = _filled_program(shape, dtype, index)
@@ -347,13 +347,9 @@ for _value, _ops in (
 # --- allocation in graphs (eagerly: ``empty``, then ``fill_``) ----------------------------
 
 
-def _fill_dtype(fill_value):
-    return jax_dtype(_full_dtype(fill_value))
-
-
 @in_graphs(aten.full.default)
 def full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
-    dtype = jax_dtype(dtype) if dtype is not None else _fill_dtype(fill_value)
+    dtype = jax_dtype(dtype if dtype is not None else _full_dtype(fill_value))
     return jnp.full(tuple(size), fill_value, dtype)
 
 

@@ -43,18 +43,18 @@ def device_index(device) -> int:
     """The index of a factory's ``device=`` (the current device when None), checked."""
     if device is None:
         return pjrt_random.current_device()
-    device = torch.device(device)
-    index = device.index if device.index is not None else pjrt_random.current_device()
+    index = pjrt_random.index_of(device)
     runtime.device(index)  # raises on an invalid ordinal
     return index
 
 
-def _check_dtype(dtype: torch.dtype) -> None:
-    jax_dtype(dtype)  # raises TypeError naming the dtype and platform
+def check_dtype(dtype: torch.dtype) -> None:
+    """Raise a TypeError naming ``dtype`` and the platform when the platform lacks it."""
+    jax_dtype(dtype)
 
 
 def empty_strided_tensor(shape, strides, dtype, index) -> torch.Tensor:
-    _check_dtype(dtype)
+    check_dtype(dtype)
     return new_tensor(shape, dtype, index, strides=strides)
 
 
@@ -70,7 +70,7 @@ def empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_fo
     if memory_format in (torch.channels_last, torch.channels_last_3d) and len(shape) in (4, 5):
         strides = torch.empty(shape, device="meta", memory_format=memory_format).stride()
         return empty_strided_tensor(shape, strides, dtype, device_index(device))
-    _check_dtype(dtype)
+    check_dtype(dtype)
     return new_tensor(shape, dtype, device_index(device))
 
 
@@ -165,7 +165,7 @@ def _to_copy(
     target = torch.device(device) if device is not None else self.device
     strides = _copy_strides(self, memory_format)
     if target.type == "pjrt":
-        _check_dtype(dtype)
+        check_dtype(dtype)
         index = device_index(target)
         value = _value_on(self, dtype, self.shape, index)
         if strides is None:
