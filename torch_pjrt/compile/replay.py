@@ -5,16 +5,18 @@ Dynamo's guards still choose the graph; each graph has its own capture. Argument
 storage is the same at the first two calls (parameters, buffers, a static KV cache) are
 read by the graph where they are; the others (the inputs of each call) are copied into
 the graph's own static tensors before each replay, as CUDA graph trees do. When an
-argument kept in place comes with another storage, the graph is captured again at that
-call (at most ``_RECAPTURES`` times, as CUDA graph trees re-record): an argument the
-graph writes into (a new KV cache's tensors, a new step counter) is kept in its new
-place, any other one is copied from then on (a tensor the caller happened to reuse for
-two calls). A new capture of the same ops reuses the compiled program
-(``modes.capture``). A call whose arguments no longer fit the capture otherwise (another
-shape, another number) runs the graph as usual; a graph that writes into an argument
-it would have to copy, or whose capture is refused, is never replayed. The outputs are
-the graph's static tensors: the next call overwrites them, as CUDA graph trees' do
-(clone an output to keep it).
+argument kept in place comes with another storage, the graph is rebound at that call
+(``Captured.rebind``: no capture, the same program, no limit): an argument the graph
+writes into (a new KV cache's tensors, a new step counter) is kept in its new place, any
+other one is copied from then on (a tensor the caller happened to reuse for two calls).
+Where the new storage cannot stand in for the old one (another layout, storages shared
+otherwise than at the capture, an output viewing it), the graph is captured again (at
+most ``_RECAPTURES`` times, as CUDA graph trees re-record); a new capture of the same
+ops reuses the compiled program (``modes.capture``). A call whose arguments no longer
+fit the capture otherwise (another shape, another number) runs the graph as usual; a
+graph that writes into an argument it would have to copy, or whose capture is refused,
+is never replayed. The outputs are the graph's static tensors: the next call overwrites
+them, as CUDA graph trees' do (clone an output to keep it).
 """
 
 from __future__ import annotations
@@ -33,6 +35,11 @@ _RECAPTURES = 64  # captures again of one graph, after the first
 
 def _cell(a):
     return storage_cell(a.untyped_storage()) if isinstance(a, torch.Tensor) else None
+
+
+def _layout(t: torch.Tensor) -> tuple:
+    """How ``t`` lies in its storage: what a captured op's read of it was recorded with."""
+    return (t.shape, t.stride(), t.storage_offset(), t.dtype)
 
 
 class Replayed:
@@ -56,6 +63,7 @@ class Replayed:
         self.copied = set()  # positions copied in even where the first calls kept them
         self.recaptures = 0
         self._kinds = ((), (), ())  # the plan's (position, what) pairs, by how
+        self.layouts = None  # per kept argument, its layout at the capture (_layout)
 
     def __call__(self, *args):
         if self.disabled or capture.active() is not None:
@@ -66,7 +74,9 @@ class Replayed:
         kept, copied, values = self._kinds
         for i, cell in kept:
             if _cell(args[i]) is not cell:
-                return self._recapture(args, i)
+                if not self._rebind(args):
+                    return self._recapture(args, i)
+                return self(*args)  # (every kept argument in place now)
         for i, what in copied:
             a = args[i]
             if a.shape != what.shape or a.dtype != what.dtype or a.device != what.device:
@@ -82,6 +92,50 @@ class Replayed:
         self.graph.replay()
         metrics.count("reduce_overhead_replays")
         return self.outputs
+
+    def _rebind(self, args) -> bool:
+        """Kept arguments with other storages now, laid out as at the capture: the graph
+        reads and writes those in their place from now on (``Captured.rebind``: the
+        same program, no capture), those the graph writes kept where they are, the
+        others copied into static tensors of their own from now on. False (nothing
+        changed) when that cannot stand for a new capture: a new storage of another
+        size or layout, two storages where the capture had one (or one for two), a
+        storage the graph uses elsewhere, or an output that is a view of a moved one."""
+        captured = self.graph._check()
+        moved, plan, copied = {}, list(self.plan), []
+        for i, (how, cell) in enumerate(self.plan):
+            if how != "kept":
+                continue
+            a = args[i]
+            new = _cell(a)
+            if new is not cell:
+                if new is None or _layout(a) != self.layouts[i]:
+                    return False
+                if new.size != cell.size or new.dtype != cell.dtype or new.index != cell.index:
+                    return False
+                if i not in self.mutated:  # (an input the caller happened to reuse)
+                    static = a.detach().clone()
+                    if _layout(static) != self.layouts[i]:
+                        return False
+                    copied.append(i)
+                    plan[i] = ("copied", static)
+                    new = _cell(static)
+                else:
+                    plan[i] = ("kept", new)
+            if moved.setdefault(cell, new) is not new:
+                return False
+        moved = {old: new for old, new in moved.items() if new is not old}
+        targets = set(moved.values())
+        if len(targets) != len(moved) or targets & (captured.cells() - moved.keys()):
+            return False
+        outputs = torch.utils._pytree.tree_leaves(self.outputs)
+        if any(_cell(o) in moved for o in outputs):
+            return False
+        captured.rebind(moved)
+        self.copied.update(copied)
+        self._planned(plan)
+        metrics.tally("reduce_overhead_rebinds", self.name)
+        return True
 
     def _recapture(self, args, i: int):
         """Argument ``i``, kept in place, has another storage now: capture again, now,
@@ -100,6 +154,13 @@ class Replayed:
         ]
         self.graph = self.plan = self.outputs = None
         return self._warm(args)
+
+    def _planned(self, plan: list) -> None:
+        self.plan = plan
+        self._kinds = tuple(
+            [(i, what) for i, (how, what) in enumerate(plan) if how == kind]
+            for kind in ("kept", "copied", "value")
+        )
 
     def _miss(self, args, why: str):
         metrics.tally("reduce_overhead_misses", f"{self.name}: {why}")
@@ -131,11 +192,9 @@ class Replayed:
             self.disabled = True
             metrics.tally("reduce_overhead_misses", f"{self.name}: {exc}")
             return self.run(*args)
-        self.graph, self.plan, self.outputs = g, plan, outputs
-        self._kinds = tuple(
-            [(i, what) for i, (how, what) in enumerate(plan) if how == kind]
-            for kind in ("kept", "copied", "value")
-        )
+        self.graph, self.outputs = g, outputs
+        self._planned(plan)
+        self.layouts = [_layout(a) if how == "kept" else None for a, (how, _) in zip(args, plan)]
         g.replay()  # (the capture ran nothing: this call's values)
         metrics.count("reduce_overhead_replays")
         return outputs

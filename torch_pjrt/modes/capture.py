@@ -451,10 +451,16 @@ class Captured:
                     del _programs[next(iter(_programs))]
                 _programs[shared] = self.program
         self.replays = 0
-        # NOTE: a replay's host time is what capture saves, so it skips what it can: the
-        # cells' values that are the same arrays as at the last replay (or those it
-        # wrote into them) are not checked again, and the checks they come from are
-        # known (an array's are fixed when it is made)
+        self._bind()
+
+    def _bind(self) -> None:
+        """What a replay knows of the cells the graph reads and writes (made again when
+        they change: :meth:`rebind`).
+
+        NOTE: a replay's host time is what capture saves, so it skips what it can: the
+        cells' values that are the same arrays as at the last replay (or those it wrote
+        into them) are not checked again, and the checks they come from are known (an
+        array's are fixed when it is made)."""
         self._slots = [slot for slot, _ in self.cell_slots]
         self._cells = [cell for _, cell in self.cell_slots]
         self._raw = None  # the cells' values after the last replay
@@ -488,6 +494,28 @@ class Captured:
             for i in range(len(self.sigs))
             if i not in position_of_slot and i not in self.baked and i not in rng_slots
         ]
+
+    def cells(self) -> set:
+        """Every storage cell the graph reads or writes."""
+        found = set(self._cells)
+        found.update([c for cells in self.out_cells for c in cells])
+        found.update([c for c, _ in self.aliases] + [c for c, _ in self.constant_writes])
+        return found
+
+    def rebind(self, moved: dict) -> None:
+        """Read and write other cells from now on: ``moved`` maps a cell of the graph
+        to the one that takes its place (of the same size and dtype, on the same device,
+        none of them a cell the graph keeps). The same program replays: this is what a
+        new capture of the same ops over those cells would give, without capturing
+        (``torch.compile``'s reduce-overhead graphs, handed a new KV cache by each
+        ``generate()``)."""
+        to = lambda c: moved.get(c, c)  # noqa: E731
+        self.cell_slots = [(slot, to(c)) for slot, c in self.cell_slots]
+        self.out_cells = [[to(c) for c in cells] for cells in self.out_cells]
+        self.updatable = [(slot, to(c)) for slot, c in self.updatable]
+        self.aliases = [(to(c), slot) for c, slot in self.aliases]
+        self.constant_writes = [(to(c), v) for c, v in self.constant_writes]
+        self._bind()
 
     def _value(self, slot: int, cell, reshape: bool = True):
         """``cell``'s value as input ``slot`` takes it (its shape checked; left in the
