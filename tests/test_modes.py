@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import math
 import warnings
 
 import pytest
@@ -17,6 +18,7 @@ from torch_pjrt import metrics
 from torch_pjrt.config import Config
 from torch_pjrt.ops import registry
 from torch_pjrt.ops.checks import NumericsWarning
+from torch_pjrt.runtime import executor
 
 aten = torch.ops.aten
 
@@ -132,16 +134,15 @@ def test_isin_is_one_recorded_op():
 
 
 def test_factories_are_one_recorded_op():
-    """full, zeros, ones, scalar_tensor, new_ones and arange(end) record one op each (ATen's
-    composites record an allocation, the fill and the write into it): generate() makes
-    several a token; one program for every fill value."""
+    """full, zeros, ones, new_ones and arange(end) record one op each (ATen's composites
+    record an allocation, the fill and the write into it): generate() makes several a
+    token; one program for every fill value. (Small filled tensors record none: below.)"""
     base = torch.ones(2).to("pjrt")
     made = [
-        lambda v: torch.full((2, 3), v, device="pjrt"),
-        lambda v: torch.zeros(4, device="pjrt"),
-        lambda v: torch.ones(1, 4, dtype=torch.int64, device="pjrt"),
-        lambda v: torch.scalar_tensor(v, device="pjrt"),
-        lambda v: base.new_ones((3,)),
+        lambda v: torch.full((20, 30), v, device="pjrt"),
+        lambda v: torch.zeros(400, device="pjrt"),
+        lambda v: torch.ones(10, 40, dtype=torch.int64, device="pjrt"),
+        lambda v: base.new_ones((300,)),
         lambda v: torch.arange(5, device="pjrt"),
     ]
     with torch_pjrt.mode("fused"):
@@ -155,6 +156,50 @@ def test_factories_are_one_recorded_op():
         values = [torch.full((3,), v, device="pjrt").cpu() for v in (0.5, -1.0, 7.25)]
         assert metrics.as_dict().get("compilations", 0) == 0
         assert [v.tolist() for v in values] == [[0.5] * 3, [-1.0] * 3, [7.25] * 3]
+
+
+@pytest.mark.parametrize("mode", ["eager", "fused"])
+def test_a_number_made_a_tensor_is_made_once(mode):
+    """A small filled tensor (scalar_tensor: the number of ``torch.where(c, x, -inf)``;
+    a batch's flags, ``torch.full((batch,), False)``) records no op and runs no program
+    once its value was made: the tensors of one value share its array and stay apart (a
+    write into one leaves the others); -0.0 and 0.0, nan, each shape and each dtype are
+    values of their own."""
+    x = torch.tensor([1.0, -2.0, 3.0])
+    px = x.to("pjrt")
+    runs = []
+
+    def counted(program, key, jitted, args):
+        runs.append(program.name)
+        return jitted(*args)
+
+    with torch_pjrt.mode(mode):
+        torch.scalar_tensor(-math.inf, device="pjrt")
+        metrics.reset()
+        before = executor.record_runs(counted)
+        try:
+            got = torch.where(px > 0, -math.inf, px)
+            made = [torch.scalar_tensor(v, device="pjrt") for v in (-math.inf, -math.inf)]
+        finally:
+            executor.record_runs(before)
+        assert metrics.as_dict().get("fused_ops", 0) == (2 if mode == "fused" else 0)
+        assert "full" not in runs  # (gt and where alone: in programs, or recorded)
+        assert torch.equal(got.cpu(), torch.where(x > 0, -math.inf, x))
+        made[0].add_(1.0)
+        assert made[0].item() == -math.inf and made[1].item() == -math.inf
+        a, b = torch.full((), 5, device="pjrt"), torch.full((), 5, device="pjrt")
+        a.mul_(2)
+        assert (a.item(), b.item(), a.dtype) == (10, 5, torch.int64)
+        flags = [torch.full((n,), False, device="pjrt") for n in (2, 2, 3)]
+        flags[0][1] = True
+        assert [f.tolist() for f in flags] == [[False, True], [False, False], [False] * 3]
+        for v in (-0.0, 0.0, math.nan, 2.5):
+            for dtype in (torch.float32, torch.float16):
+                mine = torch.scalar_tensor(v, dtype=dtype, device="pjrt").cpu()
+                theirs = torch.scalar_tensor(v, dtype=dtype)
+                assert mine.dtype == theirs.dtype
+                assert torch.equal(torch.signbit(mine), torch.signbit(theirs))
+                assert torch.equal(mine, theirs) or (mine.isnan() and theirs.isnan())
 
 
 def test_fused_flushes_at_synchronize_step_end_and_size_cap():

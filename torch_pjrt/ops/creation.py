@@ -284,7 +284,30 @@ def _filled(size, value, dtype: torch.dtype, layout, device, pin_memory) -> torc
     check_fits(value, dtype)  # (fill_'s overflow error)
     index = device_index(device)
     program = _filled_program(shape, dtype, index)
+    if math.prod(shape) <= _SMALL and not fused.capturing:  # (a capture records it)
+        return wrap(_number(program, value, shape, dtype, index), index)
     return wrap(fused.apply(program, (value,), index, "full"), index, owned=True)
+
+
+# NOTE: a number made a tensor (``scalar_tensor``: ``torch.where(c, x, -math.inf)``'s
+# number; a batch's flags, ``torch.full((batch,), False)``) costs a program or a recorded
+# op each time, several a token in a decoding loop: the array of a small filled tensor
+# is made once per value, shape, dtype and device and shared. Arrays never change; the
+# tensors do not own it (nothing donates it), and a write into one stores a new array.
+_SMALL = 64  # elements
+_numbers: dict = {}
+_MAX_NUMBERS = 1024
+
+
+def _number(program, value, shape: tuple, dtype: torch.dtype, index: int) -> jax.Array:
+    """The shared array of a small filled tensor (``program``: its own, run once)."""
+    key = (value.__class__, repr(value), shape, dtype, index)  # (repr: -0.0 and nan apart)
+    array = _numbers.get(key)
+    if array is None or array.is_deleted():  # (given to a JAX program that donated it)
+        if len(_numbers) >= _MAX_NUMBERS:
+            _numbers.clear()
+        array = _numbers[key] = program(value)
+    return array
 
 
 def _full_dtype(fill_value) -> torch.dtype:
