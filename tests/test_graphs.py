@@ -373,6 +373,26 @@ def test_reduce_overhead_replays_inference_graphs():
         torch.compile(lambda t: t - 1, backend="pjrt", mode="fastest")(torch.ones(2, device=DEV))
 
 
+def test_reduce_overhead_takes_new_inputs_without_an_op():
+    """A new input of a reduce-overhead graph is handed to its static input as the same
+    array (arrays never change): no copy op is recorded or run for it, and the replay
+    sees the input's value at each call, the input written in place in between too."""
+    torch._dynamo.reset()
+    model = _mlp().to(DEV).eval()
+    fn = torch.compile(model, backend="pjrt", mode="reduce-overhead")
+    xs = [x.to(DEV) for x, _ in _batches(3)]
+    with torch.no_grad(), torch_pjrt.mode("fused"):
+        fn(xs[0]), fn(xs[1])  # (the first call runs, the second captures)
+        for x in (xs[2], xs[0]):
+            metrics.reset()
+            got = fn(x)
+            assert metrics.as_dict().get("fused_ops", 0) == 0  # (the replay: a program)
+            _close(got.cpu(), model(x).cpu())
+        xs[0].mul_(2)
+        _close(fn(xs[0]).cpu(), model(xs[0]).cpu())
+    assert metrics.as_dict()["reduce_overhead_replays"] == 2  # (since the last reset)
+
+
 def _moving_state_step():
     """A reduce-overhead function writing into a state argument, and its CPU twin."""
 

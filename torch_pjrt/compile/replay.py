@@ -3,8 +3,9 @@ captured at its second call into a ``torch.pjrt.Graph`` and replayed from then o
 
 Dynamo's guards still choose the graph; each graph has its own capture. Arguments whose
 storage is the same at the first two calls (parameters, buffers, a static KV cache) are
-read by the graph where they are; the others (the inputs of each call) are copied into
-the graph's own static tensors before each replay, as CUDA graph trees do. When an
+read by the graph where they are; the others (the inputs of each call) go into the
+graph's own static tensors before each replay, as CUDA graph trees copy them (here the
+static tensor takes the argument's array itself: no op, ``_fill``). When an
 argument kept in place comes with another storage, the graph is rebound at that call
 (``Captured.rebind``: no capture, the same program, no limit): an argument the graph
 writes into (a new KV cache's tensors, a new step counter) is kept in its new place, any
@@ -24,7 +25,7 @@ from __future__ import annotations
 import torch
 
 from torch_pjrt.device.graphs import Graph, graph
-from torch_pjrt.device.tensor import storage_cell
+from torch_pjrt.device.tensor import read, replace, storage_cell
 from torch_pjrt.modes import capture
 from torch_pjrt.runtime import events as metrics
 
@@ -35,6 +36,14 @@ _RECAPTURES = 64  # captures again of one graph, after the first
 
 def _cell(a):
     return storage_cell(a.untyped_storage()) if isinstance(a, torch.Tensor) else None
+
+
+def _fill(static: torch.Tensor, a: torch.Tensor) -> None:
+    """``static.copy_(a)`` (same shape and dtype) where that needs no op: the static input
+    takes ``a``'s array itself, which never changes (``a``'s storage then no longer owns
+    it alone: neither donates it). A copy_ otherwise (a strided static input)."""
+    if not replace(static, read(a, lazy=True)):
+        static.copy_(a)
 
 
 def _layout(t: torch.Tensor) -> tuple:
@@ -88,7 +97,7 @@ class Replayed:
         for i, what in copied:
             a = args[i]
             if _cell(a) is not _cell(what):
-                what.copy_(a)
+                _fill(what, a)
         self.graph.replay()
         metrics.count("reduce_overhead_replays")
         return self.outputs
