@@ -264,11 +264,13 @@ _filled_program = executor.helper(
 _INT64 = range(-(2**63), 2**63)
 
 
-def _filled(size, value, dtype: torch.dtype, layout, device, pin_memory) -> torch.Tensor:
+def _filled(
+    size, value, dtype: torch.dtype, layout, device, pin_memory, shared: bool = False
+) -> torch.Tensor:
     """A new tensor of ``size`` and ``dtype`` holding ``value`` everywhere, in one program.
     What the one program does not cover (a layout other than strided, pinned memory, a
     negative size, an integer past int64) takes ATen's own way, ``empty`` then ``fill_``
-    (with its errors)."""
+    (with its errors). ``shared``: a number made a tensor (``_number``)."""
     shape = tuple(size)
     cls = value.__class__
     if (
@@ -284,24 +286,25 @@ def _filled(size, value, dtype: torch.dtype, layout, device, pin_memory) -> torc
     check_fits(value, dtype)  # (fill_'s overflow error)
     index = device_index(device)
     program = _filled_program(shape, dtype, index)
-    if math.prod(shape) <= _SMALL and not fused.capturing:  # (a capture records it)
-        return wrap(_number(program, value, shape, dtype, index), index)
+    if shared and not fused.capturing:  # (a capture records it: its graph makes it)
+        return wrap(_number(program, value, dtype, index), index)
     return wrap(fused.apply(program, (value,), index, "full"), index, owned=True)
 
 
-# NOTE: a number made a tensor (``scalar_tensor``: ``torch.where(c, x, -math.inf)``'s
-# number; a batch's flags, ``torch.full((batch,), False)``) costs a program or a recorded
-# op each time, several a token in a decoding loop: the array of a small filled tensor
-# is made once per value, shape, dtype and device and shared. Arrays never change; the
-# tensors do not own it (nothing donates it), and a write into one stores a new array.
-_SMALL = 64  # elements
+# NOTE: a number made a tensor (``scalar_tensor``: how ATen hands an op a Python number,
+# ``torch.where(c, x, -math.inf)``'s say) costs a program or a recorded op each time,
+# several a token in a decoding loop: its array is made once per value, dtype and device
+# and shared. Arrays never change; the tensors do not own it (nothing donates it), and a
+# write into one stores a new array. Only scalar_tensor's: a tensor the caller keeps and
+# writes in place (``torch.zeros(())`` as an accumulator) would not be donated at its
+# first write and be at the next, two variants of the program that writes it.
 _numbers: dict = {}
 _MAX_NUMBERS = 1024
 
 
-def _number(program, value, shape: tuple, dtype: torch.dtype, index: int) -> jax.Array:
-    """The shared array of a small filled tensor (``program``: its own, run once)."""
-    key = (value.__class__, repr(value), shape, dtype, index)  # (repr: -0.0 and nan apart)
+def _number(program, value, dtype: torch.dtype, index: int) -> jax.Array:
+    """The shared 0-d array of ``value`` (``program``: the filled tensor's, run once)."""
+    key = (value.__class__, repr(value), dtype, index)  # (repr: -0.0 and nan apart)
     array = _numbers.get(key)
     if array is None or array.is_deleted():  # (given to a JAX program that donated it)
         if len(_numbers) >= _MAX_NUMBERS:
@@ -330,7 +333,8 @@ def full_eager(size, fill_value, *, dtype=None, layout=None, device=None, pin_me
 
 @implements(aten.scalar_tensor.default)
 def scalar_tensor_eager(s, *, dtype=None, layout=None, device=None, pin_memory=None):
-    return _filled((), s, dtype or torch.get_default_dtype(), layout, device, pin_memory)
+    dtype = dtype or torch.get_default_dtype()
+    return _filled((), s, dtype, layout, device, pin_memory, shared=True)
 
 
 @implements(aten.new_full.default)
