@@ -637,20 +637,31 @@ def _resolve_bits(t: torch.Tensor, a: jax.Array) -> jax.Array:
     return a
 
 
+def shared_array(table: dict, key, make, limit: int = 256) -> jax.Array:
+    """``table[key]``, an array made once by ``make()`` and shared by the tensors that
+    hold it (never owned by them: none donates it); made again if a program was given it
+    and donated it anyway, and the table emptied past ``limit`` entries."""
+    a = table.get(key)
+    if a is None or a.is_deleted():
+        if len(table) >= limit:
+            table.clear()
+        a = table[key] = make()
+    return a
+
+
 _empties: dict = {}  # (shape, dtype, device index) -> an array without elements
+
+
+def _make_empty(shape: tuple, dtype: torch.dtype, index: int) -> jax.Array:
+    with jax.enable_x64(True):
+        return jnp.zeros(shape, jax_dtype(dtype), device=runtime.device(index))
 
 
 def _empty(shape: tuple, dtype: torch.dtype, index: int) -> jax.Array:
     """An array of ``shape`` with no elements (a read of an empty tensor): made once per
     shape, dtype and device (jnp.zeros runs an op of its own, ~60 us, each time)."""
     key = (shape, dtype, index)
-    a = _empties.get(key)
-    if a is None or a.is_deleted():  # (a program that took it as its output donated it)
-        if len(_empties) > 256:
-            _empties.clear()
-        with jax.enable_x64(True):
-            a = _empties[key] = jnp.zeros(shape, jax_dtype(dtype), device=runtime.device(index))
-    return a
+    return shared_array(_empties, key, lambda: _make_empty(shape, dtype, index))
 
 
 def _read(t: torch.Tensor, lazy: bool = False) -> jax.Array:

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from torch_pjrt.device.tensor import wrap, write
+from torch_pjrt.device.tensor import shared_array, wrap, write
 from torch_pjrt.modes import fused
 from torch_pjrt.ops._helpers import default_dtype, spaced
 from torch_pjrt.ops.memory import check_dtype, device_index
@@ -299,18 +299,12 @@ def _filled(
 # writes in place (``torch.zeros(())`` as an accumulator) would not be donated at its
 # first write and be at the next, two variants of the program that writes it.
 _numbers: dict = {}
-_MAX_NUMBERS = 1024
 
 
 def _number(program, value, dtype: torch.dtype, index: int) -> jax.Array:
     """The shared 0-d array of ``value`` (``program``: the filled tensor's, run once)."""
     key = (value.__class__, repr(value), dtype, index)  # (repr: -0.0 and nan apart)
-    array = _numbers.get(key)
-    if array is None or array.is_deleted():  # (given to a JAX program that donated it)
-        if len(_numbers) >= _MAX_NUMBERS:
-            _numbers.clear()
-        array = _numbers[key] = program(value)
-    return array
+    return shared_array(_numbers, key, lambda: program(value), limit=1024)
 
 
 def _full_dtype(fill_value) -> torch.dtype:
