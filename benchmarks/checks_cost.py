@@ -4,14 +4,16 @@ process (``torch_pjrt.config(checks=...)``, the runtime form of ``TORCH_PJRT_CHE
 Usage::
 
     .venv/bin/python benchmarks/checks_cost.py                  # ops and both GPT workloads
-    .venv/bin/python benchmarks/checks_cost.py --rounds 9 --only ops
+    .venv/bin/python benchmarks/checks_cost.py --op-rounds 101 --only ops
 
 Rows:
 
 ``ops``        eager 8x8 ``x + y``, ``x @ y``, ``x.sum()`` (no checks), ``x[i]`` with one
                index tensor (checked once; after that its inputs passed, docs/semantics.md)
                and ``x[i]`` with a fresh index tensor every call (checked every call):
-               microseconds per call over rounds of ``--calls`` calls and a synchronize
+               microseconds per call over ``--op-rounds`` rounds of ``--calls`` calls
+               and a synchronize (many short rounds: this machine's speed drifts by more
+               than the 3% measured, over seconds)
 ``<workload> <mode>``  the GPT train step of ``modes.py`` (forward, backward, AdamW) in
                pjrt eager, fused, compiled and captured (a ``torch.pjrt.Graph``
                replayed): milliseconds per step, each step synchronized. Two copies of
@@ -138,7 +140,8 @@ def step_rows(workload: str, rounds: int, steps: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=7, help="paired rounds (default 7)")
-    ap.add_argument("--calls", type=int, default=500, help="op calls a round (default 500)")
+    ap.add_argument("--op-rounds", type=int, default=51, help="op rounds (default 51)")
+    ap.add_argument("--calls", type=int, default=200, help="op calls a round (default 200)")
     ap.add_argument("--steps", type=int, default=9, help="GPT steps a round (default 9)")
     ap.add_argument("--only", choices=["ops", "steps"], help="one group of rows")
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
@@ -147,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     print("load average at start: " + " ".join(f"{v:.2f}" for v in os.getloadavg()))
     rows = {}
     if args.only != "steps":
-        rows.update(op_rows(args.rounds, args.calls))
+        rows.update(op_rows(args.op_rounds, args.calls))
     if args.only != "ops":
         for workload in ("overhead-bound", "compute-bound"):
             rows.update(step_rows(workload, args.rounds, args.steps))

@@ -425,6 +425,52 @@ def test_fused_recordings_take_the_unchecked_op_on_inputs_that_passed():
             x[j].cpu()
 
 
+@pytest.mark.parametrize("mode", ["eager", "fused"])
+def test_what_a_check_does_not_read_may_change(mode):
+    """An op's checks read some of its inputs (an index, not the table it indexes): once
+    they passed on an index, indexing a table a step updates (a new array each step,
+    shaped alike) at that index is not checked again eagerly; a table of another shape
+    is, and so is a new index. A fused recording keeps the old rule (the same arrays
+    everywhere), so a step's program does not change after its warm-up."""
+    from torch_pjrt.runtime import asserts
+
+    torch.pjrt.synchronize()
+    table = torch.arange(9.0, device=DEV)
+    i = _t([8, 0, 4, 4, 2], DEV)  # (shapes no other test indexes with)
+    with torch_pjrt.mode(mode):
+        table[i].cpu()  # checked, and passes
+        for step in range(3):
+            table.add_(1.0)  # (a new array of the same shape)
+            table.cpu()  # (computed: a fused recording's table is an array too)
+            y = table[i]
+            assert bool(asserts._expected) == (mode == "fused"), step
+            y.cpu()
+        torch.testing.assert_close(y.cpu(), torch.tensor([11.0, 3.0, 7.0, 7.0, 5.0]))
+        shorter = torch.arange(8.0, device=DEV)  # index 8 is out of bounds here
+        with pytest.raises(IndexError, match="index 8 is out of bounds for dimension 0 with"):
+            shorter[i].cpu()
+        with pytest.raises(IndexError, match="index 9 is out of bounds"):
+            table[i + 1].cpu()
+
+
+def test_indices_that_passed_in_other_places_are_checked():
+    """Two index tensors that passed together are checked again when swapped (each
+    read place holds its own array), and a new one in either place is checked."""
+    from torch_pjrt.runtime import asserts
+
+    torch.pjrt.synchronize()
+    x = torch.arange(15.0, device=DEV).reshape(3, 5)
+    i, j = _t([2, 0, 1], DEV), _t([4, 1, 0], DEV)  # (shapes no other test indexes with)
+    with torch_pjrt.mode("eager"):
+        torch.testing.assert_close(x[i, j].cpu(), torch.tensor([14.0, 1.0, 5.0]))
+        x[i, j]
+        assert not asserts._expected  # (passed: not checked)
+        with pytest.raises(IndexError, match="index 4 is out of bounds for dimension 0 with"):
+            x[j, i].cpu()
+        with pytest.raises(IndexError, match="index 5 is out of bounds"):
+            x[i, j + 1].cpu()
+
+
 def test_a_passed_program_is_not_taken_for_another():
     """The mark names the program and the call's inputs in order: the same arrays given
     to another op, or in swapped places, are checked by it."""

@@ -438,13 +438,13 @@ class Kernel:
                 try:
                     inputs = (arrays, scalars, rng)
                     program = self.program
-                    run = program.passed_key(key, inputs)  # (as an eager call's)
+                    run = program.passed_key(key, inputs)
                     out = fused.record(
                         program.jitted(run), inputs, index, self.name, rng is not None
                     )
                     if out.__class__ is asserts.Checked:  # (its checks: pending values)
-                        program.checks_made(key)
-                        out = asserts.unpack(out, self.name, inputs=(program, key, inputs))
+                        marks = program.checks_made(key, inputs, fused=True)
+                        out = asserts.unpack(out, self.name, marks=marks)
                     return out, index
                 except fused.Unfusable:  # an argument fused mode cannot record: run it now
                     arrays = fused.concrete(arrays)

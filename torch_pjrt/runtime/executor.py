@@ -141,7 +141,8 @@ class Program:
             inputs).
         unchecked: ``key -> key``: the key of the same program traced without its value
             checks (itself for such a key); given, a call on inputs that passed the
-            checks of its key already runs that one (``asserts.passed``).
+            checks of its key already runs that one (``asserts.Passing``; a fused
+            recording asks ``passed_key``).
         follows: whether a call marks its outputs with the unread or failed checks its
             inputs come from (``asserts.derive``); False for clients that do it
             themselves (a fused recording, op by op; a replay, from what it knows).
@@ -195,7 +196,9 @@ class Program:
         self.started = 0.0  # when the last trace started
         self.lowered = False  # lower() traced: the next call compiles what it traced
         self.unchecked = unchecked
-        self.checked: dict = {}  # key of a program stating value checks -> its unchecked key
+        # key of a program stating value checks -> (its unchecked key, the eager rules
+        # of the layouts of arguments it was called with: asserts.Passing)
+        self.checked: dict = {}
         self.follows = follows
         self.contents = contents
         self.profiled: dict = {}  # key -> (label, attributes) in profiler traces
@@ -238,21 +241,51 @@ class Program:
         return jitted
 
     def passed_key(self, key, args):
-        """The key to run on ``args``: its unchecked variant's when ``key``'s checks
-        already passed on exactly these arrays (``asserts.passed``), else ``key``."""
-        bare = self.checked.get(key)  # (the unchecked key of a key whose program checks)
-        return bare if bare is not None and asserts.passed(self, key, args) else key
+        """For a fused recording: the key to record on ``args``, its unchecked variant's
+        when ``key``'s checks already passed on these very arrays (``asserts.passed``),
+        else ``key``."""
+        if key in self.checked and asserts.passed(self, key, args):
+            return self.checked[key][0]
+        return key
 
-    def checks_made(self, key) -> None:
-        """``key``'s program returned checks: its unchecked variant is kept for
-        :meth:`passed_key`."""
-        if self.unchecked is not None and key not in self.checked:
-            self.checked[key] = self.unchecked(key)
+    def checks_made(self, key, args, fused: bool = False):
+        """``key``'s program returned checks, called on ``args``: returns ``marks`` for
+        ``asserts.unpack`` (None for a program without an unchecked variant), and keeps
+        what the next calls need to know whether these inputs passed (the unchecked
+        key; eagerly, the rule of these arguments' layout, ``asserts.Passing``).
+        ``fused``: for a fused recording."""
+        if self.unchecked is None:
+            return None
+        found = self.checked.get(key)
+        if found is None:
+            found = self.checked[key] = (self.unchecked(key), [])
+        if fused:
+            return lambda record: asserts.mark(self, key, args, record)
+        rules = found[1]
+        rule = next((r for r in rules if r.fits(args)), None)
+        if rule is None:
+            # (a trace from JAX's cache, or a new one: not this program's compilation)
+            state = self.traced, self.last, self.started
+            prev = x64.on()
+            try:
+                rule = asserts.Passing(self, self.jitted(key), args)
+            finally:
+                x64.restore(prev)
+                self.traced, self.last, self.started = state
+            if len(rules) >= 8:  # (a key called with ever new layouts: the newest kept)
+                del rules[0]
+            rules.append(rule)
+        return lambda record: rule.mark(key, args, record)
 
     def __call__(self, key, *args):
         """Run the program of ``key`` on ``args`` (compiling it if these arguments are
         new to it); exceptions reach the caller, which knows what was being run."""
-        key = self.passed_key(key, args)
+        found = self.checked.get(key)  # (of a key whose program checks)
+        if found is not None:
+            for rule in found[1]:  # (the rule of each layout of arguments seen)
+                if rule.test(key, args, rule):
+                    key = found[0]
+                    break
         jitted = self.cache.get(key)
         if jitted is None:
             jitted = self._build(key)
@@ -282,11 +315,7 @@ class Program:
         if self.follows and asserts.watching():
             asserts.derive(args, out.results if out.__class__ is asserts.Checked else out)
         if out.__class__ is asserts.Checked:
-            inputs = None
-            if self.unchecked is not None:
-                self.checks_made(key)
-                inputs = (self, key, args)
-            out = asserts.unpack(out, self.name, inputs=inputs)
+            out = asserts.unpack(out, self.name, marks=self.checks_made(key, args))
         global issued
         last = out[-1] if out.__class__ in (tuple, list) and out else out
         issued = weakref.ref(last) if last.__class__ is _ArrayImpl else _unknown
