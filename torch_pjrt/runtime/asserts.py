@@ -433,17 +433,23 @@ def _written_out(read: tuple, others: tuple, layout: tuple) -> tuple:
     def at(path) -> str:
         return f"{name(path[:-1])}[{int(path[-1])}]"
 
-    laid = []  # (the layout's test: parents first, as _layout lists them)
+    # the layout's test, parents first (as _layout lists them); ``test`` compares the
+    # lengths alone (a key's lists are lists, its tuples tuples: the binding makes them)
+    laid, lengths = [], []
     for path, cls, size in layout:
         if cls is None:
             laid += [f"    if {at(path)} is not None:", "        return False"]
+            lengths += laid[-2:]
             continue
-        if path:
-            laid += [f"    {name(path)} = {at(path)}"]
         node = name(path)
+        if path:
+            laid += [f"    {node} = {at(path)}"]
+            lengths += laid[-1:]
         laid += [f"    if {node}.__class__ is not {cls.__name__} or len({node}) != {int(size)}:"]
+        lengths += [f"    if len({node}) != {int(size)}:"]
         laid += ["        return False"]
-    code = ["def fits(args):", *laid, "    return True", "def test(key, args, rule):", *laid]
+        lengths += laid[-1:]
+    code = [*lengths]
     code += [f"    r{j} = {at(p)}" for j, p in enumerate(read)]
     code += [f"    o{j} = {at(p)}" for j, p in enumerate(others)]
     if not read:
@@ -473,6 +479,10 @@ def _written_out(read: tuple, others: tuple, layout: tuple) -> tuple:
             "        return False",
         ]
     code += ["    return t[3][0] and t[1] == key"]
+    # (a try costs nothing until it catches: an argument not laid out as the rule's)
+    code = ["def test(key, args, rule):", "    try:", *["    " + line for line in code]]
+    code += ["    except (TypeError, IndexError):", "        return False"]
+    code += ["def fits(args):", *laid, "    return True"]
     space = {"Array": _ArrayImpl, "VALUES": VALUE_CLASSES, "PASSED": PASSED}
     exec("\n".join(code), space)  # noqa: S102  (code made of integer paths and class names)
     if len(_TESTS) >= 1024:
