@@ -47,7 +47,7 @@ __all__ = [
     "released",
 ]
 
-_SCALARS = (bool, int, float, complex)
+_SCALARS = executor.SCALARS
 try:  # the class of concrete JAX arrays (an identity test is the cheapest check)
     from jax._src.array import ArrayImpl as _ArrayImpl
 except ImportError:  # pragma: no cover - a JAX that moved it: nothing is donated
@@ -142,14 +142,6 @@ _LOOP_FIRST_CHECK = 512
 _LOOP_UNIT = 128
 
 
-def _spec(leaf):
-    """What ``jax.eval_shape`` is given for an argument leaf."""
-    if leaf.__class__ in _SCALARS:
-        return leaf
-    aval = leaf.aval
-    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
-
-
 def shaped(a) -> tuple:
     """A pending value's (aval, shape, dtype) for an array or aval ``a``."""
     aval = jax.core.ShapedArray(a.shape, a.dtype, weak_type=a.weak_type)
@@ -231,7 +223,7 @@ class _Graph:
             out_leaves, out_treedef = jax.tree_util.tree_flatten(out)
             found = _shapes[shape_key] = (out_treedef, [shaped(o) for o in out_leaves])
         if found is None:
-            specs = jax.tree_util.tree_unflatten(treedef, [_spec(x) for x in leaves])
+            specs = jax.tree_util.tree_unflatten(treedef, [executor.spec(x) for x in leaves])
             with jax.enable_x64(True):
                 out = jax.eval_shape(fn, *specs)
             out_leaves, out_treedef = jax.tree_util.tree_flatten(out)

@@ -329,12 +329,12 @@ def _held(record: _Expected) -> list:
     return record.held
 
 
-def dependence(jitted, args) -> tuple:
-    """``(read, others)``: the argument leaves of ``jitted`` (each a path of indices into
-    ``args``, in JAX's flattening order) whose values its checks read, and the rest;
-    found in its jaxpr (traced again on the arguments' shapes, from JAX's cache after
-    the call that ran it) by dead-code elimination of all but the checks' output. Every
-    leaf read when that fails; none (never passed) past lists and tuples."""
+def dependence(jaxpr, args) -> tuple:
+    """``(read, others)``: the argument leaves of a program (each a path of indices into
+    its ``args``, in JAX's flattening order) whose values its checks read, and the rest;
+    found in its ``jaxpr`` (traced on ``args``' shapes) by dead-code elimination of all
+    but the checks' output. Every leaf read without a jaxpr, or when that fails; none
+    (never passed) past lists and tuples."""
     paths = []
     for path, _ in jax.tree_util.tree_flatten_with_path(args)[0]:
         if not all(k.__class__ is jax.tree_util.SequenceKey for k in path):
@@ -344,23 +344,14 @@ def dependence(jitted, args) -> tuple:
     try:
         from jax._src.interpreters import partial_eval as pe
 
-        closed = jitted.trace(*jax.tree_util.tree_map(_abstract, args)).jaxpr
-        outs = len(closed.jaxpr.outvars)  # (the checks' packed rows: the last output)
-        found = pe.dce_jaxpr(closed.jaxpr, [False] * (outs - 1) + [True])[1]
+        outs = len(jaxpr.jaxpr.outvars)  # (the checks' packed rows: the last output)
+        found = pe.dce_jaxpr(jaxpr.jaxpr, [False] * (outs - 1) + [True])[1]
         if len(found) == len(paths):
             used = found
-    except Exception:  # noqa: BLE001  (an internal of JAX's moved: every leaf read)
+    except Exception:  # noqa: BLE001  (no jaxpr, or an internal of JAX's moved)
         pass
     read = tuple(p for p, u in zip(paths, used) if u)
     return read, tuple(p for p, u in zip(paths, used) if not u)
-
-
-def _abstract(v):
-    """A leaf as ``trace`` takes it: a pending value as its shape and dtype."""
-    aval = getattr(v, "aval", None) if v.__class__ in VALUE_CLASSES else None
-    if aval is None or v.__class__ is _ArrayImpl:
-        return v
-    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
 
 
 def _layout(args, path=()) -> tuple:
@@ -387,9 +378,9 @@ class Passing:
 
     __slots__ = ("program", "read", "others", "test", "fits")
 
-    def __init__(self, program, jitted, args):
+    def __init__(self, program, jaxpr, args):
         self.program = program
-        self.read, self.others = dependence(jitted, args)
+        self.read, self.others = dependence(jaxpr, args)
         self.test, self.fits = _written_out(self.read, self.others, _layout(args))
 
     def mark(self, key, args, record: _Expected) -> None:
@@ -422,7 +413,7 @@ def _written_out(read: tuple, others: tuple, layout: tuple) -> tuple:
     """:class:`Passing`'s ``test`` and ``fits`` for these leaves and layout, as
     straight-line code. ``test``: the layout as it was, every read leaf an array marked
     with one token of the program and key, naming it in its place, the record held, the
-    other leaves shaped alike."""
+    other leaves shaped alike (never, for checks that read no array)."""
     found = _TESTS.get((read, others, layout))
     if found is not None:
         return found
@@ -449,11 +440,27 @@ def _written_out(read: tuple, others: tuple, layout: tuple) -> tuple:
         lengths += [f"    if len({node}) != {int(size)}:"]
         laid += ["        return False"]
         lengths += laid[-1:]
-    code = [*lengths]
-    code += [f"    r{j} = {at(p)}" for j, p in enumerate(read)]
+    code = ["def fits(args):", *laid, "    return True", "def test(key, args, rule):"]
+    if read:
+        # (a try costs nothing until it catches: an argument not laid out as the rule's)
+        body = _tested(read, others, at)
+        code += ["    try:", *["    " + line for line in lengths + body]]
+        code += ["    except (TypeError, IndexError):", "        return False"]
+    else:
+        code += ["    return False"]
+    space = {"Array": _ArrayImpl, "VALUES": VALUE_CLASSES, "PASSED": PASSED}
+    exec("\n".join(code), space)  # noqa: S102  (code made of integer paths and class names)
+    if len(_TESTS) >= 1024:
+        _TESTS.clear()
+    made = _TESTS[(read, others, layout)] = (space["test"], space["fits"])
+    return made
+
+
+def _tested(read: tuple, others: tuple, at) -> list:
+    """The lines of :func:`_written_out`'s test after the layout's (``at(path)``: the
+    expression of a leaf)."""
+    code = [f"    r{j} = {at(p)}" for j, p in enumerate(read)]
     code += [f"    o{j} = {at(p)}" for j, p in enumerate(others)]
-    if not read:
-        code += ["    return False"]  # (checks of numbers alone: checked every call)
     for j in range(len(read)):
         code += [f"    if r{j}.__class__ is not Array:", "        return False"]
     code += [
@@ -478,17 +485,7 @@ def _written_out(read: tuple, others: tuple, layout: tuple) -> tuple:
             f"    elif c is not s[{k}]:",
             "        return False",
         ]
-    code += ["    return t[3][0] and t[1] == key"]
-    # (a try costs nothing until it catches: an argument not laid out as the rule's)
-    code = ["def test(key, args, rule):", "    try:", *["    " + line for line in code]]
-    code += ["    except (TypeError, IndexError):", "        return False"]
-    code += ["def fits(args):", *laid, "    return True"]
-    space = {"Array": _ArrayImpl, "VALUES": VALUE_CLASSES, "PASSED": PASSED}
-    exec("\n".join(code), space)  # noqa: S102  (code made of integer paths and class names)
-    if len(_TESTS) >= 1024:
-        _TESTS.clear()
-    made = _TESTS[(read, others, layout)] = (space["test"], space["fits"])
-    return made
+    return code + ["    return t[3][0] and t[1] == key"]
 
 
 # NOTE: set by modes.capture while a graph is captured: (flags, specs, op, line) -> None

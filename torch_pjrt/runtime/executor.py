@@ -98,6 +98,19 @@ def traced_at_full_precision(fn):
     return traced
 
 
+SCALARS = (bool, int, float, complex)  # (Python numbers: a program takes them by value)
+
+
+def spec(leaf):
+    """What a trace of a program (``jax.eval_shape``, ``jit(...).trace``) is given for an
+    argument leaf: a Python number as it is, an array or pending value as its shape and
+    dtype."""
+    if leaf.__class__ in SCALARS:
+        return leaf
+    aval = leaf.aval
+    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
+
+
 def on_device(index: int) -> SingleDeviceSharding:
     """The sharding that puts a program's outputs on pjrt device ``index``."""
     return SingleDeviceSharding(platform.device(index))
@@ -264,18 +277,24 @@ class Program:
         rules = found[1]
         rule = next((r for r in rules if r.fits(args)), None)
         if rule is None:
-            # (a trace from JAX's cache, or a new one: not this program's compilation)
-            state = self.traced, self.last, self.started
-            prev = x64.on()
-            try:
-                rule = asserts.Passing(self, self.jitted(key), args)
-            finally:
-                x64.restore(prev)
-                self.traced, self.last, self.started = state
+            rule = asserts.Passing(self, self._jaxpr(key, args), args)
             if len(rules) >= 8:  # (a key called with ever new layouts: the newest kept)
                 del rules[0]
             rules.append(rule)
         return lambda record: rule.mark(key, args, record)
+
+    def _jaxpr(self, key, args):
+        """The jaxpr of ``key``'s program on ``args``' shapes (a trace, not counted as a
+        compilation of this program), or None where it cannot be traced."""
+        state = self.traced, self.last, self.started
+        prev = x64.on()
+        try:
+            return self.jitted(key).trace(*jax.tree_util.tree_map(spec, args)).jaxpr
+        except Exception:  # noqa: BLE001  (then every argument counts as read)
+            return None
+        finally:
+            x64.restore(prev)
+            self.traced, self.last, self.started = state
 
     def __call__(self, key, *args):
         """Run the program of ``key`` on ``args`` (compiling it if these arguments are
