@@ -350,6 +350,33 @@ def test_checks_that_held_are_read_once_done_and_not_followed():
         assert z.item() == 3.0
 
 
+def test_a_recording_whose_checks_held_marks_nothing():
+    """A fused recording's outputs are marked with the checks they come from only when
+    something looks before the checks are read: read at the host wait and held, nothing
+    is marked (the following left for later is dropped); a value read from it before the
+    wait, by an eager op, is followed as before."""
+    from torch_pjrt.device.tensor import argument
+    from torch_pjrt.runtime import asserts
+
+    torch.pjrt.synchronize()
+    with torch_pjrt.mode("fused"):
+        x = torch.arange(5.0, device=DEV)
+        z = x[_t([2], DEV)] * 2 + 1
+        torch.pjrt.synchronize()
+        assert getattr(argument(z), asserts.SOURCES, None) is None
+        assert not asserts._unmarked
+        assert z.item() == 5.0
+        bad = x[_t([7], DEV)] * 2
+    with torch_pjrt.mode("eager"):  # (the recording runs at the switch: no host wait)
+        assert asserts._unmarked
+        after = bad + 1  # an eager op on the recording's output, before the wait
+        assert getattr(argument(after), asserts.SOURCES, None)
+        with pytest.raises(IndexError, match="index 7 is out of bounds"):
+            torch.pjrt.synchronize()
+        with pytest.raises(IndexError, match="index 7 is out of bounds"):
+            after.cpu()
+
+
 def test_following_stops_when_the_bad_values_are_gone():
     """Once the values of a failed check (and those computed from them) are dropped, the
     failed check is forgotten (program calls stop looking for it in their inputs)."""

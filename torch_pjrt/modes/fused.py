@@ -23,6 +23,7 @@ by ownership instead (``tensor.Cell``): an input whose owning cell let it go.
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 
@@ -312,8 +313,8 @@ class _Graph:
                     if sys.getrefcount(p) > 3:
                         outputs.append(p.where)
                         held.append(p)
-            if asserts.watching():  # values computed from checked ones: their errors
-                self._follow(held)
+            if asserts.watching():  # (one recording's following waits at most)
+                asserts.settle()
             donated = self._donatable(held)
             key = (
                 tuple([node[:3] for node in nodes]),
@@ -346,8 +347,9 @@ class _Graph:
                 del program.cache[next(iter(program.cache))]
             for p, value in zip(held, values):
                 p.value = value
-            if asserts.watching():
-                asserts.became(held)
+            if asserts.watching():  # values computed from checked ones: their errors
+                follow = functools.partial(_follow, nodes, self.inputs, held)
+                asserts.later(follow, self.inputs)
             self.last_key = key
             self._drop(nodes, None)
             metrics.count("fused_flushes")
@@ -355,60 +357,6 @@ class _Graph:
             metrics.tally("fused_flush_reasons", reason)
         if wanted is not None and wanted.value is None and wanted.graph is self:
             wanted.graph = None
-
-    def _follow(self, held: list) -> None:
-        """Mark the outputs ``held`` that the recording computed from values of unread
-        or failed checks (its inputs, and the checked ops' own results) as coming from
-        them: one pass over the nodes at the flush, each node's sources a bit mask, so
-        that recording an op costs nothing more."""
-        sources, bits = [], {}
-
-        def picked(m: int) -> list:  # the sources of mask m (its set bits alone: a
-            found = []  # recording of n checked ops has n sources and n masks)
-            while m:
-                low = m & -m
-                found.append(sources[low.bit_length() - 1])
-                m ^= low
-            return found
-
-        def mask(found: tuple) -> int:
-            m = 0
-            for origin in found:
-                bit = bits.get(id(origin))
-                if bit is None:
-                    bit = bits[id(origin)] = len(sources)
-                    sources.append(origin)
-                m |= 1 << bit
-            return m
-
-        inputs = []
-        asserts.settle()
-        marked = asserts.SOURCES
-        for x in self.inputs:  # (most carry no mark: one attribute lookup each)
-            found = getattr(x, marked, None) if x.__class__ is _ArrayImpl else None
-            if found is not None:
-                found = asserts.merged((found,))  # (those unread or failed)
-            inputs.append(mask(found) if found else 0)
-        masks = []
-        for _, _, refs, outs in self.nodes:
-            m = 0
-            for r in refs:
-                m |= inputs[r] if r.__class__ is int else masks[r[0]]
-            own = outs[0]._torch_pjrt_checks if outs else None  # (a checked op's record,
-            if own is not None:  # set on its results by asserts.expect)
-                if m:  # its inputs' checks are its parents: its values name it alone
-                    asserts.adopt(own, picked(m))
-                m = mask(own)
-            masks.append(m)
-        if not sources:
-            return
-        by_mask: dict = {}
-        for p in held:
-            m = masks[p.where[0]]
-            if m:
-                by_mask.setdefault(m, []).append(p)
-        for m, values in by_mask.items():
-            asserts.follow(values, tuple(picked(m)))
 
     def _donatable(self, held: list) -> tuple:
         """Slots of the inputs whose buffers the program may reuse for its outputs: arrays
@@ -468,6 +416,66 @@ class _Graph:
 
     def __repr__(self) -> str:
         return f"<fused recording of pjrt:{self.index}, {len(self.nodes)} ops>"
+
+
+def _follow(nodes: list, inputs: list, held: list) -> None:
+    """Mark the outputs ``held`` of a recording that ran (``nodes`` on ``inputs``) that it
+    computed from values of unread or failed checks (its inputs, and the checked ops' own
+    results) as coming from them, pending values and their arrays alike: one pass over
+    the nodes, each node's sources a bit mask, so that recording an op costs nothing
+    more. Left for later (``asserts.later``): after a step the host usually waits, its
+    checks are read and hold, and nothing is marked."""
+    sources, bits = [], {}
+
+    def picked(m: int) -> list:  # the sources of mask m (its set bits alone: a
+        found = []  # recording of n checked ops has n sources and n masks)
+        while m:
+            low = m & -m
+            found.append(sources[low.bit_length() - 1])
+            m ^= low
+        return found
+
+    def mask(found: tuple) -> int:
+        m = 0
+        for origin in found:
+            bit = bits.get(id(origin))
+            if bit is None:
+                bit = bits[id(origin)] = len(sources)
+                sources.append(origin)
+            m |= 1 << bit
+        return m
+
+    masks = []
+    marked = asserts.SOURCES
+    for x in inputs:  # (most carry no mark: one attribute lookup each)
+        found = getattr(x, marked, None) if x.__class__ is _ArrayImpl else None
+        if found is not None:
+            found = asserts.merged((found,))  # (those unread or failed)
+        masks.append(mask(found) if found else 0)
+    inputs, masks = masks, []
+    for _, _, refs, outs in nodes:
+        m = 0
+        for r in refs:
+            m |= inputs[r] if r.__class__ is int else masks[r[0]]
+        own = outs[0]._torch_pjrt_checks if outs else None  # (a checked op's record,
+        if own is not None:  # set on its results by asserts.expect)
+            if m and own[0].read:  # (read already: its values name it and its inputs')
+                m |= mask(own)
+            else:
+                if m:  # its inputs' checks are its parents: its values name it alone
+                    asserts.adopt(own, picked(m))
+                m = mask(own)
+        masks.append(m)
+    if not sources:
+        return
+    by_mask: dict = {}
+    for p in held:
+        m = masks[p.where[0]]
+        if m:
+            by_mask.setdefault(m, []).append(p)
+    for m, values in by_mask.items():
+        asserts.follow(values, tuple(picked(m)))
+    asserts.became(held)
 
 
 def replay_program(key, baked: dict | None = None, inline: bool = False):

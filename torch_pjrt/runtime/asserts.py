@@ -49,6 +49,7 @@ __all__ = [
     "first_bad",
     "follow",
     "inner",
+    "later",
     "mark",
     "origins",
     "passed",
@@ -205,6 +206,7 @@ _queue_lock = threading.Lock()  # (verify and reap take records from its front)
 # (a record goes when the last value that names it does)
 _failed = weakref.WeakSet()
 _read_soon = False  # a value comes from more than _MAX_SOURCES unread checks
+_failures = 0  # checks found failed so far (marks left for later compare: _Later)
 # NOTE: a value's checks live on the value itself: the records of the checks it was
 # computed from (an attribute of JAX's arrays and a slot of fused mode's pending
 # values), so following them costs an attribute per input and output, no table
@@ -550,11 +552,11 @@ def expect(
     if marks is not None:
         marks(record)
     mine = (record,)
+    _expected.append(record)  # (atomic; before what waits on it: _settle_read)
     if lazily:
         _unmarked.append((values, mine))
     else:
         _store(values, mine)
-    _expected.append(record)  # (atomic)
     if settings.mode == "debug":  # synchronous: at the op
         verify(at_op=True)
     elif len(_expected) > _MAX_EXPECTED:  # a loop that never waits: read them now
@@ -564,18 +566,56 @@ def expect(
     return mine
 
 
-# (values, mark) of results whose marks wait (expect's ``lazily``): NOTE: a captured
-# graph's replay makes ~100 results; marking them costs more than the replay's other
-# host work, and after a replay the host usually waits (its checks read and held) before
-# anything looks at them. The next replay settles them first (so one replay's results
-# wait at most: they are held here)
+# What waits to be marked, in order: ``(values, mark)`` of results whose marks wait
+# (expect's ``lazily``), and :class:`_Later` entries (a fused recording's following).
+# NOTE: a captured graph's replay makes ~100 results, a fused training step's recording
+# ~300 ops; marking them costs more than the replay's other host work (the recording's:
+# ~1% of its step), and after a replay or a step the host usually waits (its checks read
+# and held) before anything looks at them. The next replay or flush settles them first
+# (so one program's results wait at most)
 _unmarked: list = []
 
 
+class _Later:
+    """Marks left for later (:func:`later`): ``mark()`` stores them; ``failures``: how
+    many checks had failed when it was left; ``marked``: its inputs that carried marks
+    then."""
+
+    __slots__ = ("mark", "failures", "marked")
+
+    def __init__(self, mark, failures: int, marked: list):
+        self.mark, self.failures, self.marked = mark, failures, marked
+
+    def needless(self) -> bool:
+        """Once every check is read (none expected): whether no value it marks comes from
+        a failed one (none failed since it was left; no input marked by a failed one)."""
+        if _failures != self.failures:
+            return False
+        for x in self.marked:
+            if _live(getattr(x, SOURCES)):
+                return False
+        return True
+
+
+def later(mark, inputs) -> None:
+    """``mark()`` marks values computed from ``inputs`` (a list) and from the checks of
+    the program that computed them (unread now) before anything looks at marks
+    (:func:`settle`), or never, when those checks are read and held first."""
+    marked = [x for x in inputs if getattr(x, SOURCES, None)]
+    _unmarked.append(_Later(mark, _failures, marked))
+
+
 def settle() -> None:
-    """Store the marks :func:`expect` left for later: called before marks are looked at."""
+    """Store the marks left for later, in order (a later one may read an earlier one's):
+    called before marks are looked at."""
     while _unmarked:
-        _store(*_unmarked.pop())  # (each value is the result of one program)
+        todo = _unmarked[:]
+        del _unmarked[: len(todo)]  # (what other threads append meanwhile stays)
+        for entry in todo:
+            if entry.__class__ is tuple:
+                _store(*entry)  # (each value is the result of one program)
+            else:
+                entry.mark()
 
 
 def _settle_read() -> None:
@@ -583,11 +623,20 @@ def _settle_read() -> None:
     refuse reads), those of checks that held dropped, the unread ones kept waiting."""
     todo = _unmarked[:]
     del _unmarked[: len(todo)]  # (what other threads append meanwhile stays)
+    if _expected and any(entry.__class__ is not tuple for entry in todo):
+        _unmarked[:0] = todo  # (a recording's following reads its inputs' marks: all
+        settle()  # stored first, in order)
+        return
     waiting = []
-    for values, mark in todo:
+    for entry in todo:  # (in order: a later one may read an earlier one's marks)
+        if entry.__class__ is not tuple:  # (every check read: _expected is empty)
+            if not entry.needless():
+                entry.mark()
+            continue
+        values, mark = entry
         record = mark[0]
         if not record.read:
-            waiting.append((values, mark))
+            waiting.append(entry)
         elif record.error is not None:
             _store(values, mark)
     _unmarked[:0] = waiting
@@ -607,7 +656,7 @@ def verify(at_op: bool = False, ready_only: bool = False, done_only: bool = Fals
     programs that ran (not those of a fused recording still recording). ``done_only``:
     only the checks of programs that are done (a partial host sync: the rest are read at
     a later wait)."""
-    global _read_soon
+    global _read_soon, _failures
     _read_soon = False
     if not _expected:
         return
@@ -637,6 +686,7 @@ def verify(at_op: bool = False, ready_only: bool = False, done_only: bool = Fals
             record.held[0] = True
         if failed is not None:
             _failed.add(record)
+            _failures += 1
         record.flags = record.parents = None
     if _unmarked:
         _settle_read()
