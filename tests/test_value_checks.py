@@ -429,6 +429,27 @@ def test_inputs_that_passed_are_not_checked_again(mode):
             x[i].cpu()
 
 
+def test_inputs_that_passed_in_turn_are_not_checked_again():
+    """Two index tensors that passed, used in turn: neither is checked again (the rule
+    knows the arrays of its last mark at a glance, the other's mark says what it
+    passed); a third, out of range, raises."""
+    from torch_pjrt.runtime import asserts
+
+    torch.pjrt.synchronize()
+    x = torch.arange(9.0, device=DEV)
+    a, b = _t([0, 1, 2, 3, 4], DEV), _t([8, 3, 2, 1, 0], DEV)  # (shapes of this test's)
+    with torch_pjrt.mode("eager"):
+        x[a].cpu(), x[b].cpu()  # checked, and pass
+        for _ in range(3):
+            ya, yb = x[a], x[b]
+            assert not asserts._expected  # (neither checked)
+        torch.testing.assert_close(ya.cpu(), torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0]))
+        torch.testing.assert_close(yb.cpu(), torch.tensor([8.0, 3.0, 2.0, 1.0, 0.0]))
+        with pytest.raises(IndexError, match="index 9 is out of bounds"):
+            x[_t([0, 1, 2, 3, 9], DEV)].cpu()
+        assert x[b].cpu()[0] == 8.0
+
+
 def test_fused_recordings_take_the_unchecked_op_on_inputs_that_passed():
     """In fused mode too: once an op's checks passed on some arrays (read at a host
     wait), recording it again on those arrays records its unchecked variant (no check

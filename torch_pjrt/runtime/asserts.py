@@ -378,10 +378,12 @@ class Passing:
     ``x[i]``), ``fits(args)``, whether ``args`` are laid out as the rule's, and
     ``test(key, args, rule)``, whether they passed the checks of ``key``."""
 
-    __slots__ = ("program", "read", "others", "test", "fits")
+    __slots__ = ("program", "read", "others", "test", "fits", "last")
 
     def __init__(self, program, jaxpr, args):
         self.program = program
+        self.last = None  # the token of its last mark (an array carrying it: the test's
+        # program, key and read place, known without looking)
         self.read, self.others = dependence(jaxpr, args)
         self.test, self.fits = _written_out(self.read, self.others, _layout(args))
 
@@ -403,7 +405,7 @@ class Passing:
                     return  # (a number read: checked every call)
         if not marked:
             return
-        token = (self.program, key, tuple(seen), _held(record))
+        token = self.last = (self.program, key, tuple(seen), _held(record))
         for y in marked:
             setattr(y, PASSED, token)
 
@@ -465,14 +467,29 @@ def _tested(read: tuple, others: tuple, at) -> list:
     code += [f"    o{j} = {at(p)}" for j, p in enumerate(others)]
     for j in range(len(read)):
         code += [f"    if r{j}.__class__ is not Array:", "        return False"]
-    code += [
-        "    t = getattr(r0, PASSED, None)",
-        "    if t is None or t[0] is not rule.program:",
-        "        return False",
-        "    s = t[2]",
-        f"    if len(s) != {len(read) + len(others)} or s[0] != id(r0):",
-        "        return False",
-    ]
+    size = len(read) + len(others)
+    if len(read) == 1:  # (one read array carrying the rule's last token: it was marked
+        # by this rule, of this key, in this place; else the token says)
+        code += [
+            "    t = getattr(r0, PASSED, None)",
+            "    if t is not rule.last:",
+            "        if t is None or t[0] is not rule.program or t[1] != key:",
+            "            return False",
+            "        s = t[2]",
+            f"        if len(s) != {size} or s[0] != id(r0):",
+            "            return False",
+            "    else:",
+            "        s = t[2]",
+        ]
+    else:
+        code += [
+            "    t = getattr(r0, PASSED, None)",
+            "    if t is None or t[0] is not rule.program or t[1] != key:",
+            "        return False",
+            "    s = t[2]",
+            f"    if len(s) != {size} or s[0] != id(r0):",
+            "        return False",
+        ]
     for j in range(1, len(read)):
         code += [f"    if getattr(r{j}, PASSED, None) is not t or s[{j}] != id(r{j}):"]
         code += ["        return False"]
@@ -487,7 +504,7 @@ def _tested(read: tuple, others: tuple, at) -> list:
             f"    elif c is not s[{k}]:",
             "        return False",
         ]
-    return code + ["    return t[3][0] and t[1] == key"]
+    return code + ["    return t[3][0]"]
 
 
 # NOTE: set by modes.capture while a graph is captured: (flags, specs, op, line) -> None
