@@ -519,6 +519,37 @@ def test_indices_that_passed_in_other_places_are_checked():
             x[i, j + 1].cpu()
 
 
+def test_inputs_that_passed_under_many_layouts_of_arguments():
+    """Indexing laid out many ways (Nones, slices, several index tensors) and a loss
+    with and without its optional weight, each called again on inputs that passed:
+    values as the CPU's; an index out of range in one of those layouts still raises."""
+    x = torch.arange(24.0, device=DEV).reshape(2, 3, 4)
+    i, j = _t([1, 0], DEV), _t([2, 3], DEV)
+    laid = [
+        lambda t, a, b: t[a],
+        lambda t, a, b: t[:, a],
+        lambda t, a, b: t[a, :, b],
+        lambda t, a, b: t[..., b],
+        lambda t, a, b: t[a, a, b],
+        lambda t, a, b: t[None, a],
+    ]
+    logits, target = torch.randn(4, 5), torch.tensor([0, 1, 4, 2])
+    weight = torch.rand(5)
+    with torch_pjrt.mode("eager"):
+        for _ in range(3):  # (checked, then on inputs that passed)
+            for fn in laid:
+                assert torch.equal(fn(x, i, j).cpu(), fn(x.cpu(), i.cpu(), j.cpu()))
+            for w in (None, weight):
+                got = F.nll_loss(
+                    logits.to(DEV), target.to(DEV), weight=None if w is None else w.to(DEV)
+                )
+                torch.testing.assert_close(got.cpu(), F.nll_loss(logits, target, weight=w))
+        with pytest.raises(IndexError, match="index 4 is out of bounds for dimension 1"):
+            x[i, :, _t([1, 4], DEV)].cpu()
+        with pytest.raises(IndexError, match="Target 5 is out of bounds"):
+            F.nll_loss(logits.to(DEV), _t([0, 1, 5, 2], DEV), weight=weight.to(DEV)).cpu()
+
+
 def test_a_passed_program_is_not_taken_for_another():
     """The mark names the program and the call's inputs in order: the same arrays given
     to another op, or in swapped places, are checked by it."""

@@ -376,7 +376,8 @@ class Passing:
     as straight-line code once per layout (NOTE: on every eager call of a checked op:
     the walk over all arguments it replaces cost ~1.4 us in situ, 5% of an 8x8
     ``x[i]``), ``fits(args)``, whether ``args`` are laid out as the rule's, and
-    ``test(key, args, rule)``, whether they passed the checks of ``key``."""
+    ``test(key, args, rule)``, whether they passed the checks of ``key`` (``args``: an
+    op's program's, laid out by its kernel as :func:`_written_out` says)."""
 
     __slots__ = ("program", "read", "others", "test", "fits", "last")
 
@@ -429,21 +430,27 @@ def _written_out(read: tuple, others: tuple, layout: tuple) -> tuple:
         return f"{name(path[:-1])}[{int(path[-1])}]"
 
     # the layout's test, parents first (as _layout lists them); ``test`` compares the
-    # lengths alone (a key's lists are lists, its tuples tuples: the binding makes them)
+    # lengths alone (a key's lists are lists, its tuples tuples: the binding makes them),
+    # below the top two levels (an op's program is called on ``(arrays, scalars, rng)``,
+    # a list of one item per tensor and per scalar argument of its schema and rng for a
+    # random op alone: registry.Kernel.compute; their items vary: lists of tensors and
+    # Nones, of any length)
     laid, lengths = [], []
+    below = {p[:k] for p in (*[q for q, _, _ in layout], *read, *others) for k in range(len(p))}
     for path, cls, size in layout:
+        varies = len(path) > 1
         if cls is None:
             laid += [f"    if {at(path)} is not None:", "        return False"]
-            lengths += laid[-2:]
+            lengths += laid[-2:] if varies else []
             continue
         node = name(path)
         if path:
             laid += [f"    {node} = {at(path)}"]
-            lengths += laid[-1:]
+            lengths += laid[-1:] if varies or path in below else []  # (else unused)
         laid += [f"    if {node}.__class__ is not {cls.__name__} or len({node}) != {int(size)}:"]
-        lengths += [f"    if len({node}) != {int(size)}:"]
         laid += ["        return False"]
-        lengths += laid[-1:]
+        if varies:
+            lengths += [f"    if len({node}) != {int(size)}:", "        return False"]
     code = ["def fits(args):", *laid, "    return True", "def test(key, args, rule):"]
     if read:
         # (a try costs nothing until it catches: an argument not laid out as the rule's)
