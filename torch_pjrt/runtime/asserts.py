@@ -625,7 +625,9 @@ def later(mark, inputs) -> None:
     """``mark()`` marks values computed from ``inputs`` (a list) and from the checks of
     the program that computed them (unread now) before anything looks at marks
     (:func:`settle`), or never, when those checks are read and held first."""
-    marked = [x for x in inputs if getattr(x, SOURCES, None)]
+    # (without a failed check alive, an input's marks name unread checks, whose failing
+    # the count of failures tells, or held ones: no walk over the inputs)
+    marked = [x for x in inputs if getattr(x, SOURCES, None)] if _failed else []
     _unmarked.append(_Later(mark, _failures, marked))
 
 
