@@ -207,6 +207,7 @@ _queue_lock = threading.Lock()  # (verify and reap take records from its front)
 _failed = weakref.WeakSet()
 _read_soon = False  # a value comes from more than _MAX_SOURCES unread checks
 _failures = 0  # checks found failed so far (marks left for later compare: _Later)
+_reading = 0  # verify calls reading records now (another thread's may be under way)
 # NOTE: a value's checks live on the value itself: the records of the checks it was
 # computed from (an attribute of JAX's arrays and a slot of fused mode's pending
 # values), so following them costs an attribute per input and output, no table
@@ -649,13 +650,13 @@ def _settle_read() -> None:
     refuse reads), those of checks that held dropped, the unread ones kept waiting."""
     todo = _unmarked[:]
     del _unmarked[: len(todo)]  # (what other threads append meanwhile stays)
-    if _expected and any(entry.__class__ is not tuple for entry in todo):
+    if (_expected or _reading) and any(entry.__class__ is not tuple for entry in todo):
         _unmarked[:0] = todo  # (a recording's following reads its inputs' marks: all
         settle()  # stored first, in order)
         return
     waiting = []
     for entry in todo:  # (in order: a later one may read an earlier one's marks)
-        if entry.__class__ is not tuple:  # (every check read: _expected is empty)
+        if entry.__class__ is not tuple:  # (every check read: none queued or being read)
             if not entry.needless():
                 entry.mark()
             continue
@@ -682,13 +683,31 @@ def verify(at_op: bool = False, ready_only: bool = False, done_only: bool = Fals
     programs that ran (not those of a fused recording still recording). ``done_only``:
     only the checks of programs that are done (a partial host sync: the rest are read at
     a later wait)."""
-    global _read_soon, _failures
+    global _read_soon, _reading
     _read_soon = False
     if not _expected:
+        if _unmarked:  # (read early, by reap: what waits on them is settled here)
+            _settle_read()
         return
     with _queue_lock:  # (reap takes records from the front too)
         todo = _expected[:]
         del _expected[: len(todo)]  # (what other threads append meanwhile stays)
+        _reading += 1
+    try:
+        error = _read(todo, at_op, ready_only, done_only)
+    finally:
+        with _queue_lock:
+            _reading -= 1
+    if _unmarked:
+        _settle_read()
+    if error is not None:
+        raise error
+
+
+def _read(todo: list, at_op: bool, ready_only: bool, done_only: bool):
+    """:func:`verify`'s reading of the records ``todo`` (taken from the queue); returns
+    the first failed check's error, or None."""
+    global _failures
     if ready_only:  # (a pending value's graph: still recording)
         todo = _requeue(todo, [getattr(r.flags, "graph", None) is None for r in todo])
     if done_only:  # (one test per record: a program may finish meanwhile)
@@ -714,10 +733,7 @@ def verify(at_op: bool = False, ready_only: bool = False, done_only: bool = Fals
             _failed.add(record)
             _failures += 1
         record.flags = record.parents = None
-    if _unmarked:
-        _settle_read()
-    if error is not None:
-        raise error
+    return error
 
 
 def _requeue(todo: list, now: list) -> list:
