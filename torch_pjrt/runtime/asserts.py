@@ -647,7 +647,9 @@ def settle() -> None:
 
 def _settle_read() -> None:
     """After checks were read: the waiting marks of failed checks stored (their values
-    refuse reads), those of checks that held dropped, the unread ones kept waiting."""
+    refuse reads), those of checks that held dropped, the unread ones kept waiting; a
+    recording's following dropped where :meth:`_Later.needless`, else run (all run, in
+    order, while a check is unread)."""
     todo = _unmarked[:]
     del _unmarked[: len(todo)]  # (what other threads append meanwhile stays)
     if (_expected or _reading) and any(entry.__class__ is not tuple for entry in todo):
