@@ -445,18 +445,18 @@ def _follow(nodes: list, inputs: list, held: list) -> None:
             m |= 1 << bit
         return m
 
-    masks = []
+    entering = []  # (each input's mask)
     marked = asserts.SOURCES
     for x in inputs:  # (most carry no mark: one attribute lookup each)
         found = getattr(x, marked, None) if x.__class__ is _ArrayImpl else None
         if found is not None:
             found = asserts.merged((found,))  # (those unread or failed)
-        masks.append(mask(found) if found else 0)
-    inputs, masks = masks, []
+        entering.append(mask(found) if found else 0)
+    masks = []  # (each node's)
     for _, _, refs, outs in nodes:
         m = 0
         for r in refs:
-            m |= inputs[r] if r.__class__ is int else masks[r[0]]
+            m |= entering[r] if r.__class__ is int else masks[r[0]]
         own = outs[0]._torch_pjrt_checks if outs else None  # (a checked op's record,
         if own is not None:  # set on its results by asserts.expect)
             if m and own[0].read:  # (read already: its values name it and its inputs')

@@ -476,28 +476,20 @@ def _tested(read: tuple, others: tuple, at) -> list:
     for j in range(len(read)):
         code += [f"    if r{j}.__class__ is not Array:", "        return False"]
     size = len(read) + len(others)
+    told = [  # (what the token says: its program, key, and the read arrays' places)
+        "    if t is None or t[0] is not rule.program or t[1] != key:",
+        "        return False",
+        "    s = t[2]",
+        f"    if len(s) != {size} or s[0] != id(r0):",
+        "        return False",
+    ]
+    code += ["    t = getattr(r0, PASSED, None)"]
     if len(read) == 1:  # (one read array carrying the rule's last token: it was marked
-        # by this rule, of this key, in this place; else the token says)
-        code += [
-            "    t = getattr(r0, PASSED, None)",
-            "    if t is not rule.last:",
-            "        if t is None or t[0] is not rule.program or t[1] != key:",
-            "            return False",
-            "        s = t[2]",
-            f"        if len(s) != {size} or s[0] != id(r0):",
-            "            return False",
-            "    else:",
-            "        s = t[2]",
-        ]
+        # by this rule, of this key, in this place, without looking)
+        code += ["    if t is not rule.last:", *["    " + line for line in told]]
+        code += ["    else:", "        s = t[2]"]
     else:
-        code += [
-            "    t = getattr(r0, PASSED, None)",
-            "    if t is None or t[0] is not rule.program or t[1] != key:",
-            "        return False",
-            "    s = t[2]",
-            f"    if len(s) != {size} or s[0] != id(r0):",
-            "        return False",
-        ]
+        code += told
     for j in range(1, len(read)):
         code += [f"    if getattr(r{j}, PASSED, None) is not t or s[{j}] != id(r{j}):"]
         code += ["        return False"]
@@ -688,8 +680,6 @@ def verify(at_op: bool = False, ready_only: bool = False, done_only: bool = Fals
     global _read_soon, _reading
     _read_soon = False
     if not _expected:
-        if _unmarked:  # (read early, by reap: what waits on them is settled here)
-            _settle_read()
         return
     with _queue_lock:  # (reap takes records from the front too)
         todo = _expected[:]
