@@ -163,7 +163,7 @@ class _Graph:
             replay_program,
             describe_recording,
             placed=lambda key: index,
-            follows=False,  # (each op's outputs are marked as it is recorded)
+            follows=False,  # (a recording's outputs are marked after it ran: _follow)
             contents=recording_contents,
         )
         self._clear()
@@ -175,6 +175,7 @@ class _Graph:
         self.inputs = []
         self.input_sigs = []
         self.input_slots = {}  # id(array) -> slot (arrays stay alive in self.inputs)
+        self.checked = []  # (node, its first output) of each checked op recorded
         self.released = set()  # slots of inputs their owning cell let go (donatable)
         self.sigs = []  # op signatures of the first nodes (computed at loop checks)
         # the recording length at which to look for a loop next
@@ -237,6 +238,8 @@ class _Graph:
         self.lines.append(site)
         metrics.count("fused_ops")
         result = jax.tree_util.tree_unflatten(out_treedef, outs)
+        if result.__class__ is asserts.Checked:  # (its results get its record: _follow)
+            self.checked.append((n, outs[0]))
         if self.capture is not None:  # no cuts; a random op's (seed, offset) are inputs
             if random:
                 self.capture.rng.append((refs[-2], refs[-1], leaves[-1]))
@@ -348,8 +351,11 @@ class _Graph:
             for p, value in zip(held, values):
                 p.value = value
             if asserts.watching():  # values computed from checked ones: their errors
-                follow = functools.partial(_follow, nodes, self.inputs, held)
-                asserts.later(follow, self.inputs)
+                entering = _marked(self.inputs)
+                follow = functools.partial(
+                    _follow, key[0], len(self.inputs), entering, self.checked, held
+                )
+                asserts.later(follow, [found for _, found in entering])
             self.last_key = key
             self._drop(nodes, None)
             metrics.count("fused_flushes")
@@ -418,13 +424,29 @@ class _Graph:
         return f"<fused recording of pjrt:{self.index}, {len(self.nodes)} ops>"
 
 
-def _follow(nodes: list, inputs: list, held: list) -> None:
-    """Mark the outputs ``held`` of a recording that ran (``nodes`` on ``inputs``) that it
-    computed from values of unread or failed checks (its inputs, and the checked ops' own
-    results) as coming from them, pending values and their arrays alike: one pass over
-    the nodes, each node's sources a bit mask, so that recording an op costs nothing
-    more. Left for later (``asserts.later``): after a step the host usually waits, its
-    checks are read and hold, and nothing is marked."""
+def _marked(inputs: list) -> list:
+    """``(slot, marks)`` of the recording's inputs that carry marks (:func:`_follow`'s:
+    read when its program is called, after every earlier mark was stored; the inputs
+    themselves are not kept, so their buffers go as the program is done with them)."""
+    marked = asserts.SOURCES
+    out = []
+    for slot, x in enumerate(inputs):  # (most carry no mark: one attribute lookup each)
+        if x.__class__ is _ArrayImpl:
+            found = getattr(x, marked, None)
+            if found is not None:
+                out.append((slot, found))
+    return out
+
+
+def _follow(nodes: tuple, n_inputs: int, entering: list, checked: list, held: list) -> None:
+    """Mark the outputs ``held`` of a recording that ran (``nodes``: its program key's
+    ``(fn, treedef, refs)`` each, on ``n_inputs`` inputs, ``entering`` those of them
+    that carried marks, :func:`_marked`; ``checked``: its checked ops' nodes and first
+    outputs) that it computed from values of unread or failed checks (its inputs, and
+    the checked ops' own results) as coming from them, pending values and their arrays
+    alike: one pass over the nodes, each node's sources a bit mask, so that recording
+    an op costs nothing more. Left for later (``asserts.later``): after a step the host
+    usually waits, its checks are read and hold, and nothing is marked."""
     sources, bits = [], {}
 
     def picked(m: int) -> list:  # the sources of mask m (its set bits alone: a
@@ -445,26 +467,26 @@ def _follow(nodes: list, inputs: list, held: list) -> None:
             m |= 1 << bit
         return m
 
-    entering = []  # (each input's mask)
-    marked = asserts.SOURCES
-    for x in inputs:  # (most carry no mark: one attribute lookup each)
-        found = getattr(x, marked, None) if x.__class__ is _ArrayImpl else None
-        if found is not None:
-            found = asserts.merged((found,))  # (those unread or failed)
-        entering.append(mask(found) if found else 0)
+    inputs = [0] * n_inputs  # (each input's mask)
+    for slot, found in entering:
+        found = asserts.merged((found,))  # (those unread or failed)
+        if found:
+            inputs[slot] = mask(found)
+    owners = dict(checked)
     masks = []  # (each node's)
-    for _, _, refs, outs in nodes:
+    for n, (_, _, refs) in enumerate(nodes):
         m = 0
         for r in refs:
-            m |= entering[r] if r.__class__ is int else masks[r[0]]
-        own = outs[0]._torch_pjrt_checks if outs else None  # (a checked op's record,
-        if own is not None:  # set on its results by asserts.expect)
-            if m and own[0].read:  # (read already: its values name it and its inputs')
-                m |= mask(own)
-            else:
-                if m:  # its inputs' checks are its parents: its values name it alone
-                    asserts.adopt(own, picked(m))
-                m = mask(own)
+            m |= inputs[r] if r.__class__ is int else masks[r[0]]
+        if n in owners:  # a checked op: its record (set on its results by asserts.expect)
+            own = owners[n]._torch_pjrt_checks
+            if own is not None:
+                if m and own[0].read:  # (read already: its values name it and its inputs')
+                    m |= mask(own)
+                else:
+                    if m:  # its inputs' checks are its parents: its values name it alone
+                        asserts.adopt(own, picked(m))
+                    m = mask(own)
         masks.append(m)
     if not sources:
         return

@@ -595,8 +595,8 @@ _unmarked: list = []
 
 class _Later:
     """Marks left for later (:func:`later`): ``mark()`` stores them; ``failures``: how
-    many checks had failed when it was left; ``marked``: its inputs that carried marks
-    then."""
+    many checks had failed when it was left; ``marked``: the marks of its inputs that
+    carried any then (kept while a failed check is alive)."""
 
     __slots__ = ("mark", "failures", "marked")
 
@@ -608,20 +608,20 @@ class _Later:
         a failed one (none failed since it was left; no input marked by a failed one)."""
         if _failures != self.failures:
             return False
-        for x in self.marked:
-            if _live(getattr(x, SOURCES)):
+        for found in self.marked:
+            if _live(found):
                 return False
         return True
 
 
-def later(mark, inputs) -> None:
-    """``mark()`` marks values computed from ``inputs`` (a list) and from the checks of
-    the program that computed them (unread now) before anything looks at marks
-    (:func:`settle`), or never, when those checks are read and held first."""
+def later(mark, marks: list) -> None:
+    """``mark()`` marks values computed from inputs whose marks were ``marks`` (those
+    that carried any) and from the checks of the program that computed them (unread
+    now) before anything looks at marks (:func:`settle`), or never, when those checks
+    are read and held first."""
     # (without a failed check alive, an input's marks name unread checks, whose failing
-    # the count of failures tells, or held ones: no walk over the inputs)
-    marked = [x for x in inputs if getattr(x, SOURCES, None)] if _failed else []
-    _unmarked.append(_Later(mark, _failures, marked))
+    # the count of failures tells, or held ones)
+    _unmarked.append(_Later(mark, _failures, marks if _failed else []))
 
 
 def settle() -> None:
@@ -706,16 +706,18 @@ def _read(todo: list, at_op: bool, ready_only: bool, done_only: bool):
         todo = _requeue(todo, [_done(r.flags) for r in todo])
     error = None
     for record in todo:
-        try:
-            rows = np.asarray(_value(record.flags))  # (copied to the host already, or now)
+        flags = record.flags
+        try:  # (copied to the host already, or now)
+            rows = np.asarray(flags if flags.__class__ is _ArrayImpl else _value(flags))
         except Exception:  # noqa: BLE001  (the program itself failed: its reader reports it)
             rows = None
         # (a list's test: numpy's own all() costs ~10 us right after a big program)
         failed = (
             None if rows is None or 0 not in rows[:, 0].tolist() else _error(record, rows, at_op)
         )
-        if failed is None:  # (its inputs' failed checks are its values' too)
-            failed = next((p.error for p in record.parents if p.error is not None), None)
+        if failed is None:
+            if record.parents:  # (its inputs' failed checks are its values' too)
+                failed = next((p.error for p in record.parents if p.error is not None), None)
         else:
             error = error or failed
         record.read, record.error = True, failed
