@@ -19,8 +19,10 @@ Rows:
                replayed): milliseconds per step, each step synchronized. Two copies of
                the model, one run with checks on, one off (a compiled or captured graph
                is traced under the setting of its first call) alternate every step
-               (on, off, off, on, ...), ``--rounds`` x ``--steps`` of each; the ratio is
-               that of the two medians
+               (on, off, off, on, ...), ``--rounds`` x ``--steps`` of each (four times as
+               many for the overhead-bound workload, whose steps are short); the ratio is
+               the median over the pairs of neighbouring steps of on / off (as the op
+               rows': a drift of the machine's speed moves both steps of a pair)
 
 An op round measures on then off (then swaps the order next round); an op row's ratio is
 the median over rounds of on / off within a round, so a machine that changes speed
@@ -123,7 +125,7 @@ def step_rows(workload: str, rounds: int, steps: int) -> dict:
                 made[checks] = step
 
         # on and off alternate every step (on, off, off, on, ...), so a drift of the
-        # machine's speed moves both alike: the ratio is that of the two medians
+        # machine's speed moves both steps of a pair alike
         times: dict = {True: [], False: []}
         with torch_pjrt.mode(run_mode):
             for i in range(rounds * steps):
@@ -133,7 +135,8 @@ def step_rows(workload: str, rounds: int, steps: int) -> dict:
                         made[checks]()
                         times[checks].append(time.perf_counter() - start)
         on, off = statistics.median(times[True]) * 1e3, statistics.median(times[False]) * 1e3
-        rows[f"{workload} {mode}"] = (on, off, on / off)
+        pairs = [a / b for a, b in zip(times[True], times[False])]  # (neighbours in time)
+        rows[f"{workload} {mode}"] = (on, off, statistics.median(pairs))
     return rows
 
 
@@ -153,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.update(op_rows(args.op_rounds, args.calls))
     if args.only != "ops":
         for workload in ("overhead-bound", "compute-bound"):
-            rows.update(step_rows(workload, args.rounds, args.steps))
+            steps = args.steps * (4 if workload == "overhead-bound" else 1)
+            rows.update(step_rows(workload, args.rounds, steps))
     print(f"\n  {'row':28s} {'checks on':>10s} {'checks off':>11s} {'on / off':>9s}")
     for name, (on, off, ratio) in rows.items():
         unit = "us" if name.startswith("x") else "ms"
