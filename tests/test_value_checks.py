@@ -305,6 +305,32 @@ def test_values_computed_from_a_replay_before_the_wait_raise_its_error(mode):
     torch.testing.assert_close(unrelated.cpu(), torch.arange(5.0) + 1)
 
 
+@pytest.mark.parametrize("mode", ["eager", "fused"])
+def test_values_overwritten_whole_do_not_carry_a_failed_check(mode):
+    """An op that reads a bad value's shape alone (``zero_``, ``fill_``, ``normal_``,
+    ``full_like``) makes a good value: it reads as on the CPU. One that reads its values
+    (``mul_(0)``), or overwrites part of it, still raises the check's error."""
+    x = torch.arange(5.0, device=DEV)
+    with torch_pjrt.mode(mode):
+        bad = x[_t([7, 1, 2], DEV)]
+    with pytest.raises(IndexError, match="index 7 is out of bounds"):
+        torch.pjrt.synchronize()
+    with torch_pjrt.mode(mode):
+        zeroed, filled, drawn = bad.clone().zero_(), bad.clone().fill_(3.0), bad.clone()
+        drawn.normal_()
+        like, shifted = torch.full_like(bad, 2.0), bad.clone().zero_() + 1
+        times_zero, part = bad.clone().mul_(0), bad.clone()
+        part[:2].zero_()
+    assert zeroed.cpu().tolist() == [0.0, 0.0, 0.0]
+    assert filled.cpu().tolist() == [3.0, 3.0, 3.0]
+    assert drawn.cpu().isfinite().all() and drawn.shape == (3,)
+    assert like.cpu().tolist() == [2.0, 2.0, 2.0]
+    assert shifted.cpu().tolist() == [1.0, 1.0, 1.0]
+    for value in (times_zero, part):
+        with pytest.raises(IndexError, match="index 7 is out of bounds"):
+            value.cpu()
+
+
 def test_a_replay_on_replaced_values_does_not_inherit_a_failed_replay():
     """The values a failed replay fed back carry its error into the next replay, but not
     once they were all replaced: a replay on good inputs then reads as usual."""

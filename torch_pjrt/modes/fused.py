@@ -134,7 +134,9 @@ _lock = threading.RLock()
 # NOTE: the number of graph captures under way (torch_pjrt.modes.capture); storage cells
 # read it on every access, so it is a plain module global
 capturing = 0
-_shapes: dict = {}  # (fn, treedef, argument signatures) -> (output treedef, avals)
+# (fn, treedef, argument signatures) -> (output treedef, avals, the argument leaves whose
+# values it does not read: asserts.unread_leaves)
+_shapes: dict = {}
 _MAX_PROGRAMS = 1024  # per device: past it, the oldest program goes
 # Loop cuts (see _Graph._loop_check): a recording this long is checked for a repeating
 # op sequence, then at twice the length, and so on up to the size cap; a loop's
@@ -176,6 +178,7 @@ class _Graph:
         self.input_sigs = []
         self.input_slots = {}  # id(array) -> slot (arrays stay alive in self.inputs)
         self.checked = []  # (node, its first output) of each checked op recorded
+        self.unread = {}  # node -> its arguments whose values it does not read (zero_'s)
         self.released = set()  # slots of inputs their owning cell let go (donatable)
         self.sigs = []  # op signatures of the first nodes (computed at loop checks)
         # the recording length at which to look for a loop next
@@ -223,17 +226,25 @@ class _Graph:
         site = None if found is not None else metrics.user_site()
         if found is None and out is not None:  # (given: fn traces only inside a mesh)
             out_leaves, out_treedef = jax.tree_util.tree_flatten(out)
-            found = _shapes[shape_key] = (out_treedef, [shaped(o) for o in out_leaves])
+            found = _shapes[shape_key] = (out_treedef, [shaped(o) for o in out_leaves], ())
         if found is None:
             specs = jax.tree_util.tree_unflatten(treedef, [executor.spec(x) for x in leaves])
+            unread = ()
             with jax.enable_x64(True):
-                out = jax.eval_shape(fn, *specs)
+                if hasattr(fn, "trace"):  # (a jitted program: its jaxpr comes with it)
+                    traced = fn.trace(*specs)
+                    out = traced.out_info
+                    unread = asserts.unread_leaves(traced.jaxpr, len(leaves))
+                else:
+                    out = jax.eval_shape(fn, *specs)
             out_leaves, out_treedef = jax.tree_util.tree_flatten(out)
-            found = _shapes[shape_key] = (out_treedef, [shaped(o) for o in out_leaves])
-        out_treedef, out_avals = found
+            found = _shapes[shape_key] = (out_treedef, [shaped(o) for o in out_leaves], unread)
+        out_treedef, out_avals, unread = found
         n = len(self.nodes)
         outs = tuple([Pending(a, self, (n, i)) for i, a in enumerate(out_avals)])
         self.nodes.append((fn, treedef, tuple(refs), outs))
+        if unread:  # (its results come from the others alone: _follow)
+            self.unread[n] = unread
         self.names.append(name)
         self.lines.append(site)
         metrics.count("fused_ops")
@@ -353,7 +364,7 @@ class _Graph:
             if asserts.watching():  # values computed from checked ones: their errors
                 entering = _marked(self.inputs)
                 follow = functools.partial(
-                    _follow, key[0], len(self.inputs), entering, self.checked, held
+                    _follow, key[0], len(self.inputs), entering, self.checked, self.unread, held
                 )
                 asserts.later(follow, [found for _, found in entering])
             self.last_key = key
@@ -438,15 +449,18 @@ def _marked(inputs: list) -> list:
     return out
 
 
-def _follow(nodes: tuple, n_inputs: int, entering: list, checked: list, held: list) -> None:
+def _follow(
+    nodes: tuple, n_inputs: int, entering: list, checked: list, unread: dict, held: list
+) -> None:
     """Mark the outputs ``held`` of a recording that ran (``nodes``: its program key's
     ``(fn, treedef, refs)`` each, on ``n_inputs`` inputs, ``entering`` those of them
     that carried marks, :func:`_marked`; ``checked``: its checked ops' nodes and first
-    outputs) that it computed from values of unread or failed checks (its inputs, and
-    the checked ops' own results) as coming from them, pending values and their arrays
-    alike: one pass over the nodes, each node's sources a bit mask, so that recording
-    an op costs nothing more. Left for later (``asserts.later``): after a step the host
-    usually waits, its checks are read and hold, and nothing is marked."""
+    outputs; ``unread``: the nodes' arguments whose values they do not read) that it
+    computed from values of unread or failed checks (its inputs, and the checked ops'
+    own results) as coming from them, pending values and their arrays alike: one pass
+    over the nodes, each node's sources a bit mask, so that recording an op costs
+    nothing more. Left for later (``asserts.later``): after a step the host usually
+    waits, its checks are read and hold, and nothing is marked."""
     sources, bits = [], {}
 
     def picked(m: int) -> list:  # the sources of mask m (its set bits alone: a
@@ -475,6 +489,8 @@ def _follow(nodes: tuple, n_inputs: int, entering: list, checked: list, held: li
     owners = dict(checked)
     masks = []  # (each node's)
     for n, (_, _, refs) in enumerate(nodes):
+        if n in unread:  # (a value whose shape alone it reads: not a source)
+            refs = [r for j, r in enumerate(refs) if j not in unread[n]]
         m = 0
         for r in refs:
             m |= inputs[r] if r.__class__ is int else masks[r[0]]

@@ -343,18 +343,33 @@ def dependence(jaxpr, args) -> tuple:
         if not all(k.__class__ is jax.tree_util.SequenceKey for k in path):
             return (), ()  # (a program's arguments are lists and tuples)
         paths.append(tuple(k.idx for k in path))
-    used = [True] * len(paths)
+    used = _used(jaxpr, len(paths), checks_only=True)
+    read = tuple(p for p, u in zip(paths, used) if u)
+    return read, tuple(p for p, u in zip(paths, used) if not u)
+
+
+def _used(jaxpr, count: int, checks_only: bool = False) -> list:
+    """For each of a program's ``count`` argument leaves, whether its ``jaxpr`` reads its
+    value to compute its outputs (``checks_only``: its last output, the checks' packed
+    rows), by dead-code elimination; all of them without a jaxpr, or when that fails."""
     try:
         from jax._src.interpreters import partial_eval as pe
 
-        outs = len(jaxpr.jaxpr.outvars)  # (the checks' packed rows: the last output)
-        found = pe.dce_jaxpr(jaxpr.jaxpr, [False] * (outs - 1) + [True])[1]
-        if len(found) == len(paths):
-            used = found
+        outs = len(jaxpr.jaxpr.outvars)
+        wanted = [False] * (outs - 1) + [True] if checks_only else [True] * outs
+        found = pe.dce_jaxpr(jaxpr.jaxpr, wanted)[1]
+        if len(found) == count:
+            return found
     except Exception:  # noqa: BLE001  (no jaxpr, or an internal of JAX's moved)
         pass
-    read = tuple(p for p, u in zip(paths, used) if u)
-    return read, tuple(p for p, u in zip(paths, used) if not u)
+    return [True] * count
+
+
+def unread_leaves(jaxpr, count: int) -> tuple:
+    """The positions of a program's argument leaves (``count`` of them) whose values its
+    ``jaxpr`` does not read, only their shapes and dtypes (``zero_``, ``fill_``,
+    ``normal_`` on a tensor): its results do not come from their checks."""
+    return tuple([i for i, u in enumerate(_used(jaxpr, count)) if not u])
 
 
 def _layout(args, path=()) -> tuple:
@@ -889,14 +904,18 @@ def adopt(records: tuple, parents: list) -> None:
             r.parents = (*r.parents, *[p for p in parents if p not in r.parents])
 
 
-def derive(inputs, outputs) -> None:
+def derive(inputs, outputs, program=None, key=None) -> None:
     """``outputs`` (a tree of arrays or pending values) were computed from ``inputs``
     (see :func:`origins`): if an input comes from a check not read yet, or from one that
     failed, so do the outputs (their reads raise its error). Called by the executor for
-    every program call while :func:`watching`."""
+    every program call while :func:`watching`, with the ``program`` and ``key`` called:
+    inputs whose values it does not read are not sources (``values_read``, asked only
+    when some input comes from such a check)."""
     sources = origins(inputs)
     if sources and reap():  # (checks that held and are read now: not followed)
         sources = origins(inputs)
+    if sources and program is not None:
+        sources = origins(program.values_read(key, inputs))
     if sources:
         follow(_values(outputs), sources)
 

@@ -177,6 +177,7 @@ class Program:
         "lowered",
         "unchecked",
         "checked",
+        "unread",
         "follows",
         "contents",
         "profiled",
@@ -212,6 +213,8 @@ class Program:
         # key of a program stating value checks -> (its unchecked key, the eager rules
         # of the layouts of arguments it was called with: asserts.Passing)
         self.checked: dict = {}
+        # (key, argument shapes) -> the argument leaves whose values it does not read
+        self.unread: dict = {}
         self.follows = follows
         self.contents = contents
         self.profiled: dict = {}  # key -> (label, attributes) in profiler traces
@@ -283,6 +286,30 @@ class Program:
             rules.append(rule)
         return lambda record: rule.mark(key, args, record)
 
+    def values_read(self, key, args):
+        """``args`` with the leaves whose values the program of ``key`` does not read
+        (their shapes and dtypes alone: ``zero_``, ``fill_``, ``normal_`` on a tensor)
+        replaced by None: what its results come from. Found once per key and argument
+        shapes, from the program's jaxpr, for an op's or a helper's program (a compiled
+        graph's outputs all come from all its inputs: its trace would cost about as much
+        as its compilation)."""
+        if self.scope != "eager" and self.scope != "helper":
+            return args
+        leaves, treedef = jax.tree_util.tree_flatten(args)
+        shapes = tuple([x.__class__ if x.__class__ in SCALARS else x.aval for x in leaves])
+        shapes = (key, treedef, shapes)
+        unread = self.unread.get(shapes)
+        if unread is None:
+            unread = asserts.unread_leaves(self._jaxpr(key, args), len(leaves))
+            if len(self.unread) >= 256:
+                self.unread.clear()
+            self.unread[shapes] = unread
+        if not unread:
+            return args
+        for i in unread:
+            leaves[i] = None
+        return jax.tree_util.tree_unflatten(treedef, leaves)
+
     def _jaxpr(self, key, args):
         """The jaxpr of ``key``'s program on ``args``' shapes (a trace, not counted as a
         compilation of this program), or None where it cannot be traced."""
@@ -332,7 +359,8 @@ class Program:
             self.compiled()
         # values computed from an unread or failed check's results are marked as theirs
         if self.follows and asserts.watching():
-            asserts.derive(args, out.results if out.__class__ is asserts.Checked else out)
+            results = out.results if out.__class__ is asserts.Checked else out
+            asserts.derive(args, results, self, key)
         if out.__class__ is asserts.Checked:
             out = asserts.unpack(out, self.name, marks=self.checks_made(key, args))
         global issued
