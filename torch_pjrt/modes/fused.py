@@ -177,7 +177,7 @@ class _Graph:
         self.inputs = []
         self.input_sigs = []
         self.input_slots = {}  # id(array) -> slot (arrays stay alive in self.inputs)
-        self.checked = []  # (node, its first output) of each checked op recorded
+        self.checked = {}  # node -> its first output, of each checked op recorded
         self.unread = {}  # node -> its arguments whose values it does not read (zero_'s)
         self.released = set()  # slots of inputs their owning cell let go (donatable)
         self.sigs = []  # op signatures of the first nodes (computed at loop checks)
@@ -250,7 +250,7 @@ class _Graph:
         metrics.count("fused_ops")
         result = jax.tree_util.tree_unflatten(out_treedef, outs)
         if result.__class__ is asserts.Checked:  # (its results get its record: _follow)
-            self.checked.append((n, outs[0]))
+            self.checked[n] = outs[0]
         if self.capture is not None:  # no cuts; a random op's (seed, offset) are inputs
             if random:
                 self.capture.rng.append((refs[-2], refs[-1], leaves[-1]))
@@ -450,12 +450,12 @@ def _marked(inputs: list) -> list:
 
 
 def _follow(
-    nodes: tuple, n_inputs: int, entering: list, checked: list, unread: dict, held: list
+    nodes: tuple, n_inputs: int, entering: list, checked: dict, unread: dict, held: list
 ) -> None:
     """Mark the outputs ``held`` of a recording that ran (``nodes``: its program key's
     ``(fn, treedef, refs)`` each, on ``n_inputs`` inputs, ``entering`` those of them
-    that carried marks, :func:`_marked`; ``checked``: its checked ops' nodes and first
-    outputs; ``unread``: the nodes' arguments whose values they do not read) that it
+    that carried marks, :func:`_marked`; ``checked``: its checked ops' first outputs by
+    node; ``unread``: the nodes' arguments whose values they do not read) that it
     computed from values of unread or failed checks (its inputs, and the checked ops'
     own results) as coming from them, pending values and their arrays alike: one pass
     over the nodes, each node's sources a bit mask, so that recording an op costs
@@ -486,7 +486,6 @@ def _follow(
         found = asserts.merged((found,))  # (those unread or failed)
         if found:
             inputs[slot] = mask(found)
-    owners = dict(checked)
     masks = []  # (each node's)
     for n, (_, _, refs) in enumerate(nodes):
         if n in unread:  # (a value whose shape alone it reads: not a source)
@@ -494,8 +493,8 @@ def _follow(
         m = 0
         for r in refs:
             m |= inputs[r] if r.__class__ is int else masks[r[0]]
-        if n in owners:  # a checked op: its record (set on its results by asserts.expect)
-            own = owners[n]._torch_pjrt_checks
+        if n in checked:  # a checked op: its record (set on its results by asserts.expect)
+            own = checked[n]._torch_pjrt_checks
             if own is not None:
                 if m and own[0].read:  # (read already: its values name it and its inputs')
                     m |= mask(own)

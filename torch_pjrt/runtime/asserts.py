@@ -679,6 +679,8 @@ def _settle_read() -> None:
 
 
 def _value(x):
+    if x.__class__ is _ArrayImpl:
+        return x
     concrete = getattr(x, "concrete", None)  # (a fused mode's pending value)
     return concrete() if concrete is not None else x
 
@@ -721,9 +723,8 @@ def _read(todo: list, at_op: bool, ready_only: bool, done_only: bool):
         todo = _requeue(todo, [_done(r.flags) for r in todo])
     error = None
     for record in todo:
-        flags = record.flags
-        try:  # (copied to the host already, or now)
-            rows = np.asarray(flags if flags.__class__ is _ArrayImpl else _value(flags))
+        try:
+            rows = np.asarray(_value(record.flags))  # (copied to the host already, or now)
         except Exception:  # noqa: BLE001  (the program itself failed: its reader reports it)
             rows = None
         # (a list's test: numpy's own all() costs ~10 us right after a big program)
