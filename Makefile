@@ -51,10 +51,10 @@ demo: $(STAMP)
 	$(VPY) examples/gpt/train.py --compile
 
 test: $(STAMP) browser
-	$(VPY) -m pytest -x -q -n $(JOBS) -m "not slow" $(PYTEST_ARGS) tests
+	$(VPY) -m pytest -x -q -n $(JOBS) --dist loadscope --no-loadscope-reorder -m "not slow" $(PYTEST_ARGS) tests
 
 test-all: $(STAMP) browser
-	$(VPY) -m pytest -q -n $(JOBS) -m "slow or not slow" $(PYTEST_ARGS) tests
+	$(VPY) -m pytest -q -n $(JOBS) --dist loadscope --no-loadscope-reorder -m "slow or not slow" $(PYTEST_ARGS) tests
 
 lint:
 	@if command -v ruff >/dev/null 2>&1; then \

@@ -94,7 +94,45 @@ def exhaustive(config) -> bool:
     )
 
 
+# How the suite is spread over pytest-xdist's workers (the Makefile's ``--dist loadscope
+# --no-loadscope-reorder``): a module (or a test class) is one unit of work, handed to
+# the next free worker in collection order, and:
+# - LONG: modules whose tests each start other programs for a minute or more (vLLM's
+#   engine and server, torchrun's ranks, TorchTitan's, Ray's and TorchRec's runs) are
+#   one unit, first, so they run one after another on one worker while the other runs
+#   the rest (two of them at once on two cores took a third longer than in turn);
+# - BIG: the modules of many tests that take longest in all come next;
+# - then the others in name order, so that a run ends with short modules, not with one
+#   worker still busy for minutes while the other has nothing left.
+LONG = (
+    "test_vllm.py",
+    "test_torchtitan.py",
+    "test_distributed.py",
+    "test_example_distributed.py",
+    "test_ray.py",
+    "test_torchrec.py",
+)
+BIG = ("test_ops.py", "test_compile.py", "test_variants.py", "test_training.py")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadscope``'s scheduler with the LONG modules as one unit."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LongFirst(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            if nodeid.split("::", 1)[0].rsplit("/", 1)[-1] in LONG:
+                return "long"
+            return super()._split_scope(nodeid)
+
+    return LongFirst(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
+    order = {name: i for i, name in enumerate(LONG + BIG)}
+    items.sort(key=lambda item: order.get(item.path.name, len(order)))  # (stable)
     if exhaustive(config):
         return
     keep, dropped = [], []

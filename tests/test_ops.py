@@ -51,8 +51,10 @@ import itertools
 import os
 import random
 import signal
+import sys
 import threading
 import traceback
+import unittest
 import warnings
 import zlib
 from contextlib import contextmanager
@@ -61,12 +63,41 @@ from contextlib import nullcontext as _nothing
 import numpy as np
 import pytest
 import torch
+from torch.testing._internal import common_utils
 from torch.testing._internal.common_device_type import precisionOverride, toleranceOverride
 from torch.testing._internal.common_methods_invocations import op_db
+from torch.testing._internal.opinfo import core as opinfo_core
 
 import torch_pjrt
 from tests import expectations as E
 from tests.expectations import GRAD_TOLERANCES, SHAPE_ONLY, SKIP
+
+
+def _running_test_fn():
+    """PyTorch's ``common_utils.extract_test_fn``, the same rule without ``inspect.stack()``.
+
+    OpInfo's sample and error input iterators call it twice each, to find the running
+    ``unittest.TestCase`` test method (none here: these are pytest functions); PyTorch's
+    walks the frames with ``inspect.stack()``, which reads the source lines of every
+    frame and searches ``sys.modules`` for each frame's module. That was about a third
+    of this file's time (and of the other OpInfo tests' and scripts/op_coverage.py's,
+    which import it). This walks the same frames with the same test and reads no source.
+    """
+    frame = sys._getframe(1)
+    try:
+        while frame is not None:
+            this = frame.f_locals.get("self")
+            if isinstance(this, unittest.TestCase):
+                *_, cls_name, test_name = this.id().rsplit(".", 2)
+                if cls_name == type(this).__name__ and test_name.startswith("test"):
+                    return getattr(this, test_name).__func__
+            frame = frame.f_back
+    except Exception:  # noqa: BLE001  (as PyTorch's: no test found)
+        pass
+    return None
+
+
+common_utils.extract_test_fn = opinfo_core.extract_test_fn = _running_test_fn
 
 QUICK_SAMPLES = 3
 # the execution modes the first samples run in; every sample runs in the default one
