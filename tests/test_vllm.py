@@ -88,8 +88,9 @@ def test_llama_compiled_chunked_prefill_prefix_cache_and_seeded_sampling(models)
     """The default (compiled) engine with a 16-token prefill budget, so the prompts of
     19 and 29 tokens are prefilled in chunks; the second round hits the prefix cache.
     Then a default engine given prompts of new lengths in buckets it has run, and the
-    first engine again with the kernel library's paged attention forced."""
-    results, log = _offline(models, "llama", "new_lengths", "llama_kernel")
+    first engine again with the kernel library's paged attention forced (and a Gemma 4,
+    whose shared-KV layers take the kernel's other branch)."""
+    results, log = _offline(models, "llama", "new_lengths", "llama_kernel", "gemma4_kernel")
     result = results["llama"]
     want = tiny_models.greedy(models / "llama", PROMPTS, 12)
     assert result["greedy"] == want
@@ -129,6 +130,10 @@ def test_llama_compiled_chunked_prefill_prefix_cache_and_seeded_sampling(models)
     kernel = results["llama_kernel"]
     assert kernel["greedy"] == want
     assert kernel["paths"].get("paged kernel", 0) > 0 and "paged xla" not in kernel["paths"]
+    # the same with Gemma 4, whose last two layers read the first two's cache
+    kernel = results["gemma4_kernel"]
+    assert kernel["greedy"] == tiny_models.greedy(models / "gemma4", PROMPTS, 12)
+    assert kernel["paths"].get("paged kernel", 0) > 0 and "paged xla" not in kernel["paths"]
 
 
 def _check_logprobs(path, result):
@@ -158,10 +163,12 @@ def test_qwen2_gpt2_preemption_and_unsupported_options(models):
     a decode graph's KV writes of all layers against CPU's; options the plugin refuses
     (each names itself, before an engine starts); Qwen2 eager and GPT-2 compiled,
     greedy; then a KV cache of 6 blocks for four requests that need 10: vLLM preempts
-    and recomputes, and the tokens stay transformers' tokens."""
+    and recomputes, and the tokens stay transformers' tokens; then Gemma 2 and Gemma 4
+    (sliding windows, soft-capping, Gemma 4's layers that share another's KV cache),
+    logprobs at every position."""
     results, log = _offline(
         models, "kv_writes", "slot_mapping", "unsupported", "qwen2_eager", "gpt2", "preemption",
-        "gemma2",
+        "gemma2", "gemma4",
     )  # fmt: skip
     slots = results["slot_mapping"]  # the runner's host slot mapping = vLLM's kernel's
     assert slots["host"] == slots["kernel"] and slots["host"][slots["tokens"]] == -1
@@ -173,17 +180,22 @@ def test_qwen2_gpt2_preemption_and_unsupported_options(models):
     for kind in ("qwen2", "gpt2"):
         greedy = results["qwen2_eager" if kind == "qwen2" else kind]["greedy"]
         assert greedy == tiny_models.greedy(models / kind, PROMPTS, 12), kind
-    assert log.count("model parameters on ['pjrt:0']") == 4
+    assert log.count("model parameters on ['pjrt:0']") == 5
     preemption = results["preemption"]
     assert preemption["preemptions"] > 0
     assert preemption["greedy"] == tiny_models.greedy(models / "llama", PROMPTS, 24)
-    _check_gemma2(models / "gemma2", results["gemma2"])
+    _check_logprobs_over_the_sequence(models / "gemma2", results["gemma2"])
+    # Gemma 4's KV sharing: the shared layers attend over the cache their targets wrote
+    # in the same step (the gather of the cache on the CPU)
+    _check_logprobs_over_the_sequence(models / "gemma4", results["gemma4"])
+    assert set(results["gemma4"]["paths"]) == {"paged xla"}
 
 
-def _check_gemma2(path, result):
-    """Gemma 2's sliding window and soft-capping: vLLM's logprobs at every position of
-    the prompt and of the generated tokens against transformers' log-softmax on CPU over
-    the whole sequence (prompt and vLLM's tokens), and its greedy tokens."""
+def _check_logprobs_over_the_sequence(path, result):
+    """Gemma 2's sliding window and soft-capping (Gemma 4's KV sharing too): vLLM's
+    logprobs at every position of the prompt and of the generated tokens against
+    transformers' log-softmax on CPU over the whole sequence (prompt and vLLM's
+    tokens), and its greedy tokens."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

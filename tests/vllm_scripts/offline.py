@@ -132,7 +132,19 @@ def unsupported(models: str) -> dict:
 def gemma2(models: str) -> dict:
     """Gemma 2 (compiled): the 29-token prompt, past its sliding window of 8, with
     prompt logprobs, then 12 greedy tokens with their logprobs (decode steps captured)."""
-    llm = _engine(models, "gemma2")
+    return _logprobs_of_prompt_and_tokens(_engine(models, "gemma2"))
+
+
+def gemma4(models: str) -> dict:
+    """Gemma 4 (compiled), whose last two layers attend over the KV cache of the first
+    two (vLLM's KV sharing: the shared layers write nothing, and the runner captures no
+    decode graphs, model_runner.py), as :func:`gemma2`, with the attention paths."""
+    llm = _engine(models, "gemma4")
+    result = _logprobs_of_prompt_and_tokens(llm)
+    return {**result, "paths": llm.collective_rpc("pjrt_metrics")[0].get("attention_paths", {})}
+
+
+def _logprobs_of_prompt_and_tokens(llm) -> dict:
     sp = SamplingParams(
         temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True, logprobs=3, prompt_logprobs=3
     )
@@ -224,18 +236,19 @@ def new_lengths(models: str) -> dict:
     return {"compilations": counts, "greedy": tokens}
 
 
-def llama_kernel(models: str) -> dict:
+def kernel(models: str, kind: str) -> dict:
     """The compiled default with ``TORCH_PJRT_ATTENTION=kernel``: the keys cached before
     a step attended to by the kernel library's ``paged_attention_kv`` (our Pallas kernel,
     interpreted on the CPU), merged with the step's own keys by their log-sum-exps; a
-    prefill budget of 16 tokens, so chunks attend to both. Greedy tokens and the
-    worker's count of attention paths."""
+    prefill budget of 16 tokens, so chunks attend to both (a layer that reads another's
+    cache: the kernel alone, over the keys that layer has written this step). Greedy
+    tokens and the worker's count of attention paths."""
     import torch_pjrt
 
     # (the engine's process reads the variable; one forked from this one, the setting)
     os.environ["TORCH_PJRT_ATTENTION"] = torch_pjrt.settings.attention = "kernel"
     try:
-        llm = _engine(models, "llama", max_num_batched_tokens=16)
+        llm = _engine(models, kind, max_num_batched_tokens=16)
     finally:
         del os.environ["TORCH_PJRT_ATTENTION"]
         torch_pjrt.settings.attention = "auto"
@@ -246,7 +259,8 @@ def llama_kernel(models: str) -> dict:
 
 
 SCENARIOS = {
-    "llama_kernel": llama_kernel,
+    "llama_kernel": lambda models: kernel(models, "llama"),
+    "gemma4_kernel": lambda models: kernel(models, "gemma4"),
     "kv_writes": kv_writes,
     "slot_mapping": slot_mapping,
     "llama": llama,
@@ -254,6 +268,7 @@ SCENARIOS = {
     "gpt2": lambda models: greedy(models, "gpt2"),
     "preemption": preemption,
     "gemma2": gemma2,
+    "gemma4": gemma4,
     "unsupported": unsupported,
     "new_lengths": new_lengths,
 }

@@ -13,7 +13,7 @@ import pathlib
 
 import torch
 
-KINDS = ("llama", "qwen2", "gpt2", "gemma2")
+KINDS = ("llama", "qwen2", "gpt2", "gemma2", "gemma4")
 
 _TEXT = [
     "the quick brown fox jumps over the lazy dog",
@@ -57,6 +57,7 @@ _ARCHITECTURES = {
     "qwen2": "Qwen2ForCausalLM",
     "gpt2": "GPT2LMHeadModel",
     "gemma2": "Gemma2ForCausalLM",
+    "gemma4": "Gemma4ForCausalLM",
 }
 
 
@@ -110,6 +111,25 @@ def build(kind: str, path, hidden: int = 64, layers: int = 2) -> pathlib.Path:
             query_pre_attn_scalar=16,
             sliding_window=8,
             attn_logit_softcapping=5.0,
+            final_logit_softcapping=10.0,
+            max_position_embeddings=256,
+            **ids,
+        )
+    elif kind == "gemma4":  # the last two layers read the KV cache of the first two
+        config = AutoConfig.for_model(
+            "gemma4_text",
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=16,
+            global_head_dim=16,
+            layer_types=["sliding_attention", "full_attention"] * 2,
+            sliding_window=8,
+            num_kv_shared_layers=2,
+            hidden_size_per_layer_input=8,
+            vocab_size_per_layer_input=len(tok),
             final_logit_softcapping=10.0,
             max_position_embeddings=256,
             **ids,
