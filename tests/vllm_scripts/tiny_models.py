@@ -99,41 +99,39 @@ def build(kind: str, path, hidden: int = 64, layers: int = 2) -> pathlib.Path:
         config = AutoConfig.for_model(
             "gpt2", n_embd=64, n_layer=2, n_head=4, n_positions=256, **ids
         )
-    elif kind == "gemma2":  # a sliding window (every other layer) and soft-capped logits
-        config = AutoConfig.for_model(
-            "gemma2",
+    elif kind in ("gemma2", "gemma4"):
+        # sliding windows (every other layer) and soft-capped logits; Gemma 2's attention
+        # scores soft-capped too, Gemma 4's last two layers reading the first two's KV cache
+        gemma = dict(
             hidden_size=64,
             intermediate_size=128,
-            num_hidden_layers=2,
             num_attention_heads=4,
             num_key_value_heads=2,
             head_dim=16,
-            query_pre_attn_scalar=16,
             sliding_window=8,
-            attn_logit_softcapping=5.0,
             final_logit_softcapping=10.0,
             max_position_embeddings=256,
             **ids,
         )
-    elif kind == "gemma4":  # the last two layers read the KV cache of the first two
-        config = AutoConfig.for_model(
-            "gemma4_text",
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=4,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            head_dim=16,
-            global_head_dim=16,
-            layer_types=["sliding_attention", "full_attention"] * 2,
-            sliding_window=8,
-            num_kv_shared_layers=2,
-            hidden_size_per_layer_input=8,
-            vocab_size_per_layer_input=len(tok),
-            final_logit_softcapping=10.0,
-            max_position_embeddings=256,
-            **ids,
-        )
+        if kind == "gemma2":
+            config = AutoConfig.for_model(
+                "gemma2",
+                num_hidden_layers=2,
+                query_pre_attn_scalar=16,
+                attn_logit_softcapping=5.0,
+                **gemma,
+            )
+        else:
+            config = AutoConfig.for_model(
+                "gemma4_text",
+                num_hidden_layers=4,
+                global_head_dim=16,
+                layer_types=["sliding_attention", "full_attention"] * 2,
+                num_kv_shared_layers=2,
+                hidden_size_per_layer_input=8,
+                vocab_size_per_layer_input=len(tok),
+                **gemma,
+            )
     else:
         config = AutoConfig.for_model(
             kind,
