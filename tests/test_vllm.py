@@ -130,10 +130,11 @@ def test_llama_compiled_chunked_prefill_prefix_cache_and_seeded_sampling(models)
     kernel = results["llama_kernel"]
     assert kernel["greedy"] == want
     assert kernel["paths"].get("paged kernel", 0) > 0 and "paged xla" not in kernel["paths"]
-    # the same with Gemma 4, whose last two layers read the first two's cache
+    # the same with Gemma 4, whose last two layers read the first two's cache (its
+    # sliding-window layers take the gather: the kernel has no window)
     kernel = results["gemma4_kernel"]
     assert kernel["greedy"] == tiny_models.greedy(models / "gemma4", PROMPTS, 12)
-    assert kernel["paths"].get("paged kernel", 0) > 0 and "paged xla" not in kernel["paths"]
+    assert kernel["paths"].get("paged kernel", 0) > 0 and kernel["paths"].get("paged xla", 0) > 0
 
 
 def _check_logprobs(path, result):
