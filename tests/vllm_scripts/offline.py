@@ -140,8 +140,12 @@ def gemma4(models: str) -> dict:
     two (vLLM's KV sharing: the shared layers write nothing, and the runner captures no
     decode graphs, model_runner.py), as :func:`gemma2`, with the attention paths."""
     llm = _engine(models, "gemma4")
-    result = _logprobs_of_prompt_and_tokens(llm)
-    return {**result, "paths": llm.collective_rpc("pjrt_metrics")[0].get("attention_paths", {})}
+    return {**_logprobs_of_prompt_and_tokens(llm), "paths": _attention_paths(llm)}
+
+
+def _attention_paths(llm) -> dict:
+    """The worker's count of attention paths taken (torch_pjrt.metrics)."""
+    return llm.collective_rpc("pjrt_metrics")[0].get("attention_paths", {})
 
 
 def _logprobs_of_prompt_and_tokens(llm) -> dict:
@@ -241,8 +245,8 @@ def kernel(models: str, kind: str) -> dict:
     a step attended to by the kernel library's ``paged_attention_kv`` (our Pallas kernel,
     interpreted on the CPU), merged with the step's own keys by their log-sum-exps; a
     prefill budget of 16 tokens, so chunks attend to both (a layer that reads another's
-    cache: the kernel alone, over the keys that layer has written this step). Greedy
-    tokens and the worker's count of attention paths."""
+    cache: the kernel alone, over the keys that layer has written this step; a layer
+    with a sliding window keeps the gather). Greedy tokens and the attention paths."""
     import torch_pjrt
 
     # (the engine's process reads the variable; one forked from this one, the setting)
@@ -253,9 +257,7 @@ def kernel(models: str, kind: str) -> dict:
         del os.environ["TORCH_PJRT_ATTENTION"]
         torch_pjrt.settings.attention = "auto"
     sp = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
-    tokens = _tokens(llm.generate(PROMPTS, sp))
-    paths = llm.collective_rpc("pjrt_metrics")[0].get("attention_paths", {})
-    return {"greedy": tokens, "paths": paths}
+    return {"greedy": _tokens(llm.generate(PROMPTS, sp)), "paths": _attention_paths(llm)}
 
 
 SCENARIOS = {
