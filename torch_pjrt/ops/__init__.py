@@ -41,7 +41,6 @@ from torch_pjrt.ops import (  # noqa: F401  (each module registers its lowerings
     variants,
     views,
 )
-from torch_pjrt.ops import fallback as pjrt_fallback
 
 log = logging.getLogger("torch_pjrt")
 
@@ -107,10 +106,10 @@ def install() -> None:
     for op, fn in decompositions.kernels(done, _has_kernel):
         _impl(lib, op, fn)
         done.add(op)
-    memory.register_host_pinning(lib)
     memory.register_storage_resize()
     fallback = torch.library.Library("_", "IMPL")
-    fallback.fallback(pjrt_fallback.boxed, "PrivateUse1")
+    # (the PrivateUse1 key's fallback is registered with the device: device/shell.py,
+    # which hands fallback.boxed the ops without a kernel once this has run)
     fallback.fallback(_no_quantized, "QuantizedPrivateUse1")
     autocast.install(lib, fallback)
     _lib, _fallback_lib = lib, fallback
