@@ -51,7 +51,7 @@ def register() -> None:
             hook=shell.Hooks(),
             device_guard=shell.Guard(),
         )
-        shell._loader = load
+        shell.loads_with(load)
         guard.install()  # the C++ device guard in place of the Python one, if it builds
         fallback = torch.library.Library("_", "IMPL")
         fallback.fallback(shell.fallback, "PrivateUse1")
@@ -80,6 +80,7 @@ def load() -> None:
         if _state is not None:  # loaded, or loading in this thread (re-entered)
             return
         _state = "loading"
+        lazy = None
         try:
             from torch_pjrt import ops
             from torch_pjrt.compile import inductor
@@ -89,6 +90,7 @@ def load() -> None:
             from torch_pjrt.kernels import attention, flex
             from torch_pjrt.ops import fallback as pjrt_fallback
 
+            lazy = torch.pjrt
             torch.pjrt = sys.modules["torch.pjrt"] = DeviceModule  # (the installs read it)
             ops.install()
             attention.install()  # F.scaled_dot_product_attention: the kernel or XLA, per chip
@@ -98,6 +100,8 @@ def load() -> None:
             skip_torch_pjrt()
             shell.ready(pjrt_fallback.boxed)
         except BaseException:
+            if lazy is not None:  # (the next use tries again)
+                torch.pjrt = sys.modules["torch.pjrt"] = lazy
             _state = None
             raise
         _state = "loaded"

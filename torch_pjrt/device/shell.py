@@ -25,21 +25,22 @@ import torch
 
 from torch_pjrt.device import random as pjrt_random
 
-__all__ = ["LazyDeviceModule", "fallback", "load", "loaded", "ready", "runtime_started"]
+__all__ = ["LazyDeviceModule", "fallback", "load", "loads_with", "ready", "runtime_started"]
 
-_loader: Callable[[], None] | None = None  # _registration.load, set when it registers
+_loader: Callable[[], None] | None = None  # _registration.load
 _delegate: Callable | None = None  # the CPU fallback, once the package has loaded
+
+
+def loads_with(loader: Callable[[], None]) -> None:
+    """``loader`` loads the package (``_registration.load``, given when it registers)."""
+    global _loader
+    _loader = loader
 
 
 def load() -> None:
     """Load the package (JAX, the runtime, the kernels) if it has not loaded yet."""
     if _loader is not None:
         _loader()
-
-
-def loaded() -> bool:
-    """Whether the kernels are registered (the package has loaded)."""
-    return _delegate is not None
 
 
 def ready(delegate: Callable) -> None:

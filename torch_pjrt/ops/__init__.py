@@ -48,8 +48,16 @@ _lib: torch.library.Library | None = None
 _fallback_lib: torch.library.Library | None = None
 
 
+# The keys whose kernels serve a backend key's calls, before its backend fallback (which
+# the device registers before any kernel: device/shell.py, so the computed table of
+# every op has a PrivateUse1 entry)
+_SERVING = ("CompositeExplicitAutogradNonFunctional", "CompositeExplicitAutograd")
+
+
 def _has_kernel(op, key: str) -> bool:
-    return torch._C._dispatch_has_computed_kernel_for_dispatch_key(op.name(), key)
+    """Whether a kernel of ``op``'s own serves ``key`` (the backend fallback aside)."""
+    name = op.name()
+    return any(torch._C._dispatch_has_kernel_for_dispatch_key(name, k) for k in (key, *_SERVING))
 
 
 def _impl(lib, op, fn) -> None:
