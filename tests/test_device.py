@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 import importlib.metadata
-import json
 import os
 import subprocess
 import sys
@@ -448,70 +447,6 @@ def test_autoload_can_be_turned_off():
     out = _run("import torch; torch.ones(2, device='pjrt')", TORCH_DEVICE_BACKEND_AUTOLOAD="0")
     assert out.returncode != 0
     assert "pjrt" in out.stderr
-
-
-# Registering the device (``import torch`` with the package installed) imports no JAX:
-# a program that never uses pjrt pays nothing for it (device/shell.py)
-_CPU_ONLY = """
-import sys, torch
-torch.manual_seed(0)
-x = torch.randn(8, 4, requires_grad=True)
-torch.nn.Linear(4, 2)(x).square().mean().backward()
-data = torch.utils.data.TensorDataset(x.detach())
-assert len(list(torch.utils.data.DataLoader(data, batch_size=4))) == 2
-torch.save({"x": x.detach()}, sys.argv[1])
-assert torch.equal(torch.load(sys.argv[1])["x"], x.detach())
-assert torch.accelerator.current_accelerator().type == "pjrt"
-pinned = x.detach().pin_memory()
-assert pinned.is_pinned() and torch.equal(pinned, x.detach())
-assert "pjrt" in torch.distributed.Backend.backend_list
-assert "jax" not in sys.modules, sorted(m for m in sys.modules if m.startswith("torch_pjrt"))
-"""
-
-
-def test_registering_the_device_imports_no_jax(tmp_path):
-    code = _CPU_ONLY + (
-        "y = torch.full((2,), 3.0, device='pjrt'); print('jax' in sys.modules, y.sum().item())"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path / "x.pt")], capture_output=True, text=True,
-        timeout=300,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["True", "6.0"]
-
-
-# a program's first use of pjrt, each in a fresh process: the result it gets must be the
-# one this process (loaded long ago) gets from the same code
-_FIRST_USES = {
-    "op": "result = torch.full((2, 2), 3.0, device='pjrt').sum(0).tolist()",
-    "seeded": "torch.manual_seed(7); result = torch.randn(3, device='pjrt').tolist()",
-    "load": "t = torch.load(PATH); result = [t.device.type, t.tolist()]",
-    "generator": (
-        "g = torch.Generator(device='pjrt'); g.manual_seed(3); "
-        "result = torch.randn(3, device='pjrt', generator=g).tolist()"
-    ),
-    "torch.pjrt": "result = [torch.pjrt.device_count(), torch.pjrt.current_device()]",
-    "accelerator": (
-        "result = [torch.accelerator.device_count(), torch.accelerator.current_device_index()]"
-    ),
-    "public name": "import torch_pjrt; result = torch_pjrt.current_platform()",
-}
-
-
-@pytest.mark.parametrize("use", list(_FIRST_USES))
-def test_the_first_use_loads_the_package(use, tmp_path):
-    path = tmp_path / "t.pt"
-    torch.save(torch.arange(3.0, device="pjrt"), path)
-    scope = {"torch": torch, "PATH": str(path)}
-    exec(_FIRST_USES[use], scope)
-    code = (
-        f"import json, sys, torch; PATH = {str(path)!r}; before = 'jax' in sys.modules\n"
-        f"{_FIRST_USES[use]}\nprint(json.dumps([before, result]))"
-    )
-    out = _run(code)
-    assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout.splitlines()[-1]) == [False, scope["result"]]
 
 
 def test_missing_platform_names_the_plugin():

@@ -24,7 +24,8 @@ import functools
 
 import torch
 
-from torch_pjrt.device import guard, shell
+from torch_pjrt import runtime
+from torch_pjrt.device import guard, memory
 
 __all__ = ["install"]
 
@@ -48,8 +49,6 @@ def _set_device_index(device_index: int) -> None:
 
 
 def _get_stream(device_index: int) -> torch.Stream:
-    from torch_pjrt import runtime
-
     runtime.device(device_index)  # raises on an invalid index
     # one in-order queue per device (docs/device_api.md, streams): the stream object is
     # the one set last in this thread (torch.Stream's context does), else the default
@@ -66,12 +65,11 @@ def _set_stream(stream) -> None:
 
 
 def _synchronize(device_index: int) -> None:
-    if shell.runtime_started():  # as PyTorch: nothing to wait for before the first use
+    if runtime.is_initialized():  # as PyTorch: nothing to wait for before the first use
         torch.pjrt.synchronize(device_index)
 
 
 def _device_capability(device_index: int) -> dict:
-    from torch_pjrt import runtime
     from torch_pjrt.runtime.transfer import TORCH_TO_JAX
 
     runtime.device(device_index)  # raises on an invalid index
@@ -82,17 +80,6 @@ def _no_cache() -> None:
     """XLA frees a buffer when its last array goes, and pinned host memory is ordinary
     host memory on pjrt: there is no cache to empty."""
     return None
-
-
-def _pjrt(name: str):
-    """``torch.pjrt``'s function ``name``, looked up when called (the first lookup loads
-    the package: device/shell.py)."""
-
-    def call(*args, **kwargs):
-        return getattr(torch.pjrt, name)(*args, **kwargs)
-
-    call.__name__ = call.__qualname__ = name
-    return call
 
 
 # torch._C function -> what it does with pjrt as the current accelerator
@@ -107,15 +94,15 @@ _ON_PJRT = {
     "_accelerator_getDeviceCapability": _device_capability,
     # "initialized" as PyTorch's CUDA allocator: once the device is in use (memory_stats()
     # is {} and empty_cache() a no-op before, as there)
-    "_accelerator_isAllocatorInitialized": shell.runtime_started,
+    "_accelerator_isAllocatorInitialized": lambda: runtime.is_initialized(),
     "_accelerator_emptyCache": _no_cache,
     "_accelerator_emptyHostCache": _no_cache,  # PyTorch's: SIGSEGV (no host allocator)
     # torch.pjrt.memory's figures (device/memory.py): torch.accelerator.memory_stats()
     # flattens and sorts the dict, memory_allocated() and the others read its keys
-    "_accelerator_getDeviceStats": _pjrt("memory_stats"),
-    "_accelerator_resetAccumulatedStats": _pjrt("reset_accumulated_memory_stats"),
-    "_accelerator_resetPeakStats": _pjrt("reset_peak_memory_stats"),
-    "_accelerator_getMemoryInfo": _pjrt("mem_get_info"),
+    "_accelerator_getDeviceStats": memory.memory_stats,
+    "_accelerator_resetAccumulatedStats": memory.reset_accumulated_memory_stats,
+    "_accelerator_resetPeakStats": memory.reset_peak_memory_stats,
+    "_accelerator_getMemoryInfo": memory.mem_get_info,
 }
 _ORIGINALS: dict = {}
 

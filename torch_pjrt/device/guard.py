@@ -150,15 +150,11 @@ UNINITIALIZED_COUNT = 16
 
 
 def _count() -> int:
-    """The guard's device count (0 without a platform; C++ asks it noexcept). Before
-    the platform starts: ``UNINITIALIZED_COUNT``, importing nothing (autograd's engine
-    asks at its first backward, pjrt used or not)."""
-    from torch_pjrt.device import shell
-
-    if not shell.runtime_started():
-        return UNINITIALIZED_COUNT
+    """The guard's device count (0 without a platform; C++ asks it noexcept)."""
     from torch_pjrt import runtime
 
+    if not runtime.is_initialized():
+        return UNINITIALIZED_COUNT
     try:
         return runtime.visible_device_count()
     except Exception:  # noqa: BLE001 (no platform: no devices)

@@ -1,5 +1,5 @@
-"""``torch.pjrt`` (:class:`DeviceModule`) once the package has loaded (until then,
-``device/shell.py``'s lazy module stands in its place)."""
+"""``torch.pjrt`` (:class:`DeviceModule`), and the hooks and device guard PyTorch's
+PrivateUse1 registration takes (``torch_pjrt/_registration.py`` registers them)."""
 
 from __future__ import annotations
 
@@ -216,3 +216,22 @@ class DeviceModule:
         def __exit__(self, *exc):
             pjrt_random.set_current_device(self.previous)
             return False
+
+
+class _Hooks(torch._C._acc.PrivateUse1Hooks):
+    def is_available(self) -> bool:
+        return True
+
+    def has_primary_context(self, dev_id) -> bool:
+        return True
+
+    def is_built(self) -> bool:
+        return True
+
+
+class _Guard(torch._C._acc.DeviceGuard):
+    """The guard PyTorch's Python registration takes; ``device/guard.py`` replaces it
+    with the C++ one where that builds."""
+
+    def type_(self):
+        return torch._C._autograd.DeviceType.PrivateUse1

@@ -11,17 +11,14 @@ import re
 
 import torch
 
-from torch_pjrt.device import shell
+from torch_pjrt import runtime
 
 _LOCATION = re.compile(r"^pjrt(?::(\d+))?$")
 
 
 def storage_on_device(storage, index: int):
     """A new pjrt storage on ``pjrt:index`` holding the bytes of a CPU storage."""
-    from torch_pjrt import runtime
     from torch_pjrt.device.tensor import cell_of, new_tensor
-
-    shell.load()  # (torch.load of a pjrt checkpoint may be a program's first use)
 
     device = runtime.device(index)
     host = torch.empty(0, dtype=torch.uint8).set_(storage)

@@ -1854,33 +1854,6 @@ ENTRIES = (
         doc="docs/compile.md#what-is-compiled-and-what-is-not",
         classes=("Unsupported",),
     ),
-    # --- registration: the package and torch.pjrt before and after the first use ------
-    Entry(
-        "package-no-such-attribute",
-        r"module 'torch(_pjrt|_pjrt\.runtime|\.pjrt)' has no attribute",
-        meaning="The name asked of torch_pjrt, torch_pjrt.runtime or torch.pjrt is not one "
-        "they provide. Their names are imported at first use, so a wrong one is only "
-        "found when asked for.",
-        cause="A misspelled name, a torch.cuda name that torch.pjrt does not have, or an "
-        "internal module's name asked of torch_pjrt's top level (torch_pjrt exports "
-        "config, settings, init, current_platform, mode, set_mode, get_mode, step, "
-        "strict, metrics, profiler, kernel, to_jax, from_jax and the error classes).",
-        fix="Check the name against docs/device_api.md (torch.pjrt) or the package's "
-        "__all__; import internal modules by their path (`from torch_pjrt.runtime "
-        "import executor`).",
-        doc="docs/device_api.md",
-    ),
-    Entry(
-        "registration-op-while-loading",
-        r"ran on pjrt while torch_pjrt itself was loading",
-        meaning="An op on a pjrt tensor or device ran while the thread that started the "
-        "first use of pjrt was still importing torch_pjrt's kernels; it has no kernel yet.",
-        cause="Code run by an import hook, or by a module imported during torch_pjrt's own "
-        "loading, that makes pjrt tensors at import time: a torch_pjrt bug.",
-        fix="Make a pjrt tensor (e.g. torch.empty(0, device='pjrt')) before that import, "
-        "and report the traceback to the torch_pjrt issue tracker.",
-        doc="docs/internals.md#registration-the-device-at-import-the-package-at-its-first-use",
-    ),
     # --- devices ---------------------------------------------------------------------
     Entry(
         "device-tensors-on-two-devices",

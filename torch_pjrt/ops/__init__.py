@@ -41,6 +41,7 @@ from torch_pjrt.ops import (  # noqa: F401  (each module registers its lowerings
     variants,
     views,
 )
+from torch_pjrt.ops import fallback as pjrt_fallback
 
 log = logging.getLogger("torch_pjrt")
 
@@ -48,16 +49,8 @@ _lib: torch.library.Library | None = None
 _fallback_lib: torch.library.Library | None = None
 
 
-# The keys whose kernels serve a backend key's calls, before its backend fallback (which
-# the device registers before any kernel: device/shell.py, so the computed table of
-# every op has a PrivateUse1 entry)
-_SERVING = ("CompositeExplicitAutogradNonFunctional", "CompositeExplicitAutograd")
-
-
 def _has_kernel(op, key: str) -> bool:
-    """Whether a kernel of ``op``'s own serves ``key`` (the backend fallback aside)."""
-    name = op.name()
-    return any(torch._C._dispatch_has_kernel_for_dispatch_key(name, k) for k in (key, *_SERVING))
+    return torch._C._dispatch_has_computed_kernel_for_dispatch_key(op.name(), key)
 
 
 def _impl(lib, op, fn) -> None:
@@ -114,10 +107,10 @@ def install() -> None:
     for op, fn in decompositions.kernels(done, _has_kernel):
         _impl(lib, op, fn)
         done.add(op)
+    memory.register_host_pinning(lib)
     memory.register_storage_resize()
     fallback = torch.library.Library("_", "IMPL")
-    # (the PrivateUse1 key's fallback is registered with the device: device/shell.py,
-    # which hands fallback.boxed the ops without a kernel once this has run)
+    fallback.fallback(pjrt_fallback.boxed, "PrivateUse1")
     fallback.fallback(_no_quantized, "QuantizedPrivateUse1")
     autocast.install(lib, fallback)
     _lib, _fallback_lib = lib, fallback
