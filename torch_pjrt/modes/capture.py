@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from torch_pjrt import config
+from torch_pjrt.config import recording
 from torch_pjrt.modes import fused
 from torch_pjrt.modes.fused import Pending
 from torch_pjrt.runtime import asserts, executor, platform
@@ -159,7 +159,7 @@ class Capture:
         self.graph.capture = None
         del _active[self.index]
         fused.capturing -= 1
-        config.recording(False)
+        recording(False)
         asserts.capture_sink = None
 
     def abort(self, error: Exception | None = None) -> None:
@@ -271,7 +271,7 @@ def begin(index: int, rng_offset: int) -> Capture:
     graph.capture = capture
     _active[index] = capture
     fused.capturing += 1
-    config.recording(True)
+    recording(True)
     asserts.capture_sink = lambda *check: capture.checks.append(check)
     return capture
 
