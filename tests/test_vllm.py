@@ -137,21 +137,31 @@ def test_llama_compiled_chunked_prefill_prefix_cache_and_seeded_sampling(models)
     assert kernel["paths"].get("paged kernel", 0) > 0 and kernel["paths"].get("paged xla", 0) > 0
 
 
+def _tokens(path, text: str) -> list[int]:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)(text).input_ids
+
+
+def _cpu_log_softmax(path, ids: list[int]):
+    """transformers' log-softmax on CPU at each position of the sequence ``ids``."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0].log_softmax(-1)
+
+
 def _check_logprobs(path, result):
     """vLLM's logprobs (the top 3 after the first prompt) and prompt logprobs (top 2 at
     each prompt position) against transformers' log-softmax on CPU."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    ids = tok(PROMPTS[0], return_tensors="pt").input_ids
-    with torch.no_grad():
-        logp = model(ids).logits[0].log_softmax(-1)
+    ids = _tokens(path, PROMPTS[0])
+    logp = _cpu_log_softmax(path, ids)
     rows = [result["logprobs"]]
-    positions = [ids.shape[1] - 1]
+    positions = [len(ids) - 1]
     rows += result["prompt_logprobs"]
-    positions += list(range(ids.shape[1] - 1))
+    positions += list(range(len(ids) - 1))
     for row, pos in zip(rows, positions):
         top = logp[pos].topk(2).indices.tolist()
         assert set(map(str, top)) <= set(row), (pos, top, row)
@@ -197,18 +207,11 @@ def _check_logprobs_over_the_sequence(path, result):
     logprobs at every position of the prompt and of the generated tokens against
     transformers' log-softmax on CPU over the whole sequence (prompt and vLLM's
     tokens), and its greedy tokens."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     (greedy,) = result["greedy"]
     assert greedy == tiny_models.greedy(path, PROMPTS[2:3], 12)[0]
-    tok = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    prompt = tok(PROMPTS[2]).input_ids
+    prompt = _tokens(path, PROMPTS[2])
     assert len(prompt) > 2 * 8  # past the window
-    ids = torch.tensor([prompt + greedy])
-    with torch.no_grad():
-        logp = model(ids).logits[0].log_softmax(-1)
+    logp = _cpu_log_softmax(path, prompt + greedy)
     rows = result["logprobs"]
     assert len(rows) == len(prompt) - 1 + len(greedy)
     for pos, row in enumerate(rows):
