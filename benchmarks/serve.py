@@ -25,12 +25,16 @@ Rows:
                       (each step waits for the last one's tokens), a second server
 
 Columns: ``tok/s`` (output tokens of all requests over the wall time from the first
-request sent to the last token received; median over ``--runs`` rounds after one warm-up
-round per concurrency, which compiles), ``x CPU`` (tok/s over CPU transformers'
-single-stream tok/s), ``TTFT ms`` (the median over the requests of the time to the first
-streamed token; for CPU, ``generate`` of one token), ``rounds`` (the slowest and the
-fastest round's tok/s). The targets of issue 21 item 4:
-c=16 at least 4x CPU, c=1 at least 1x. The load average is printed at start and end.
+request sent to the last token received; median over ``--runs`` rounds after
+``--warmup-rounds`` warm-up rounds per concurrency, 1 by default, which compiles the
+prefill's programs and the decode graph of the whole batch; the decode graph of each
+other (requests, blocks) bucket an arrival pattern reaches is captured at its first
+step, up to a second or so, so that with one warm-up round a measured round that meets a
+new bucket is slower: more warm-up rounds measure the steady state), ``x CPU`` (tok/s
+over CPU transformers' single-stream tok/s), ``TTFT ms`` (the median over the requests
+of the time to the first streamed token; for CPU, ``generate`` of one token), ``rounds``
+(the slowest and the fastest round's tok/s). The targets of issue 21 item 4: c=16 at
+least 4x CPU, c=1 at least 1x. The load average is printed at start and end.
 """
 
 from __future__ import annotations
@@ -155,7 +159,8 @@ def bench_model(hidden: int, layers: int, args, work: pathlib.Path) -> dict:
             proc, url = start_server(path, max(args.concurrency), args.enforce_eager, log, sync)
             try:
                 for c in args.concurrency:
-                    round_at(url, str(path), c, args.new_tokens)  # warm-up: compiles
+                    for _ in range(args.warmup_rounds):  # (compiles)
+                        round_at(url, str(path), c, args.new_tokens)
                     rounds = [
                         round_at(url, str(path), c, args.new_tokens) for _ in range(args.runs)
                     ]
@@ -181,6 +186,7 @@ def main(argv=None) -> int:
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--warmup-rounds", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument(
         "--models", type=_size, nargs="+", default=[(64, 2), (512, 8)],
