@@ -4,12 +4,16 @@ run uncaptured; and fused mode's loop cuts (no compile storms)."""
 from __future__ import annotations
 
 import copy
+import itertools
+import math
+import random
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 import torch_pjrt
+from tests.test_semantics import VIEW_WRITES
 from torch_pjrt import metrics
 from torch_pjrt.modes.capture import CaptureError
 
@@ -280,6 +284,95 @@ def test_debug_dump_writes_the_program(tmp_path):
         x.mul_(3)
     g.debug_dump(str(tmp_path / "g.mlir"))
     assert "stablehlo.multiply" in (tmp_path / "g.mlir").read_text()
+
+
+# every kind of view a graph reads and writes through: its offsets are numbers of the
+# program, read as static slices where the view is a box of its storage's layout, and
+# through the general path where it wraps around it or is no box
+GRAPH_VIEWS = {
+    **VIEW_WRITES,
+    "wide_column": lambda a: a.view(2, 12)[:, 5],  # spans 6x what it touches
+    "wraps_a_row": lambda a: a.as_strided((2, 3), (6, 1), 4),
+    "inner_stride": lambda a: a.view(4, 3, 2)[1:, :2, 1],
+    "offset_permute": lambda a: a.view(2, 3, 4)[1].permute(1, 0),
+    "t_rows_from_1": lambda a: a.t()[1:],  # to the end of its layout's dims, not from 0
+}
+
+
+@pytest.mark.parametrize("name", sorted(GRAPH_VIEWS))
+def test_views_read_and_written_in_a_graph_match_cpu(name):
+    make_view = GRAPH_VIEWS[name]
+
+    def steps(a, out):  # a read of the view, a write through it, a read of the base
+        v = make_view(a)
+        out.copy_((v * 2 + 1).sum(-1, keepdim=True).expand(out.shape))
+        v.mul_(-1).add_(0.5)
+        return a.view(-1)[3:9] * 1
+
+    cpu = torch.arange(24.0).reshape(4, 6)
+    cpu_out = torch.zeros(make_view(cpu.clone()).shape[:-1] + (1,))
+    a, out = cpu.to(DEV), cpu_out.to(DEV)
+    g = torch.pjrt.Graph()
+    with torch.pjrt.graph(g):
+        rows = steps(a, out)
+    for _ in range(2):
+        want = steps(cpu, cpu_out)
+        g.replay()
+        torch.testing.assert_close(a.cpu(), cpu, rtol=0, atol=0)
+        torch.testing.assert_close(out.cpu(), cpu_out, rtol=0, atol=0)
+        torch.testing.assert_close(rows.cpu(), want, rtol=0, atol=0)
+
+
+def _strided_cases(n: int, seed: int = 0):
+    """``n`` random views (shape, strides, offset) of storages of a few sizes, each
+    inside its storage: overlapping ones, broadcasts, gaps and wraps included."""
+    rng = random.Random(seed)
+    while n:
+        size = rng.choice([24, 36, 48, 64, 120])
+        shape = [rng.randint(1, 5) for _ in range(rng.randint(1, 3))]
+        strides = [rng.choice([0, 1, 2, 3, 4, 6, 8, 12, 24]) for _ in shape]
+        reach = sum((k - 1) * st for k, st in zip(shape, strides)) + 1
+        if reach <= size:
+            n -= 1
+            yield size, shape, strides, rng.randint(0, size - reach)
+
+
+def test_strided_views_in_a_graph_match_cpu():
+    for size, shape, strides, offset in _strided_cases(80):
+        cpu = torch.arange(float(size))
+        new = torch.arange(100.0, 100.0 + math.prod(shape)).reshape(shape)
+        touched = {
+            sum(i * st for i, st in zip(at, strides))
+            for at in itertools.product(*map(range, shape))
+        }
+        writes = len(touched) == math.prod(shape)  # (a view that overlaps cannot be written)
+        a, b = cpu.to(DEV), new.to(DEV)
+        g = torch.pjrt.Graph()
+        with torch.pjrt.graph(g):
+            read = a.as_strided(shape, strides, offset) * 1
+            if writes:
+                a.as_strided(shape, strides, offset).copy_(b)
+        g.replay()
+        case = (size, shape, strides, offset)
+        torch.testing.assert_close(
+            read.cpu(), cpu.as_strided(shape, strides, offset), msg=str(case)
+        )
+        if writes:
+            cpu.as_strided(shape, strides, offset).copy_(new)
+        torch.testing.assert_close(a.cpu(), cpu, rtol=0, atol=0, msg=str(case))
+
+
+def test_a_graphs_slices_of_known_offsets_are_static(tmp_path):
+    a = torch.arange(24.0, device=DEV).reshape(4, 6)
+    g = torch.pjrt.Graph()
+    with torch.pjrt.graph(g):
+        b = a[1:3, 2:5] * 2
+        a[2:, 1:3].add_(1)
+    g.debug_dump(str(tmp_path / "g.mlir"))
+    text = (tmp_path / "g.mlir").read_text()
+    assert "stablehlo.slice" in text and "dynamic_slice" not in text, text
+    g.replay()
+    assert b.tolist() == [[16.0, 18.0, 20.0], [28.0, 30.0, 32.0]]
 
 
 # --- fused mode: loops that never read a value back --------------------------------------

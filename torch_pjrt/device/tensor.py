@@ -425,17 +425,11 @@ def _flat_index(shape, strides):
     return idx
 
 
-def _box(shape, strides):
-    """How to read a strided view as slices, reshapes and a transpose rather than a
-    gather, when it is one: ``(order, sizes, strides, pad)`` or None.
-
-    The dims that matter (size > 1, stride > 0) sorted by stride, largest first
-    (``order``), read as a prefix of each dim of a row-major box whose dim sizes are the
-    ratios of consecutive strides (each must divide the one before, and a dim must fit
-    in its box dim: views that overlap are gathered). The box spans ``sizes[0] *
-    strides[0]`` elements from the offset: the ``reach`` elements the view touches, then
-    ``pad`` zeros. A view that touches few of the elements it spans (a column of a wide
-    matrix) is gathered too: reading the span would cost more."""
+def _box_dims(shape, strides):
+    """The dims that matter of a strided view (size > 1, stride > 0) sorted by stride,
+    largest first, with their sizes and strides: ``(order, sizes, steps)``, when each
+    stride divides the one before and each dim fits in the ratio (the view is a box of
+    a row-major layout: no overlap), else None."""
     dims = [d for d in range(len(shape)) if shape[d] > 1 and strides[d] > 0]
     if not dims:
         return None
@@ -445,11 +439,53 @@ def _box(shape, strides):
     for i in range(1, len(order)):
         if steps[i - 1] % steps[i] or sizes[i] > steps[i - 1] // steps[i]:
             return None
+    return tuple(order), tuple(sizes), tuple(steps)
+
+
+def _box(shape, strides):
+    """How to read a strided view as slices, reshapes and a transpose rather than a
+    gather, when it is one: ``(order, sizes, strides, reach, pad)`` or None.
+
+    The view's box dims (:func:`_box_dims`) read as a prefix of each dim of a row-major
+    box whose dim sizes are the ratios of consecutive strides. The box spans ``sizes[0]
+    * strides[0]`` elements from the offset: the ``reach`` elements the view touches,
+    then ``pad`` zeros. A view that touches few of the elements it spans (a column of a
+    wide matrix) is gathered too: reading the span would cost more."""
+    dims = _box_dims(shape, strides)
+    if dims is None:
+        return None
+    order, sizes, steps = dims
     reach = sum((n - 1) * st for n, st in zip(sizes, steps)) + 1
     span = sizes[0] * steps[0]
     if span > 4 * math.prod(sizes):
         return None
-    return tuple(order), tuple(sizes), tuple(steps), reach, span - reach
+    return order, sizes, steps, reach, span - reach
+
+
+def _static_box(size: int, offset: int, dims):
+    """Where a box view (:func:`_box_dims`) at a known ``offset`` lies in its storage of
+    ``size`` elements laid out as a row-major array: ``(layout, starts)``, the storage's
+    shape (its first dim, then the ratios of consecutive strides, then the smallest
+    stride where it is not 1) and the view's first element in it, or None when the view
+    wraps around a dim of that layout (then it is read through its span).
+
+    NOTE: a captured graph's offsets are numbers of its program (``capture``): a view
+    read or written there is one slice of a reshape, without the span's dynamic slice,
+    padding and reshapes of the general case (a decode step reads ~30 views a layer)."""
+    _, sizes, steps = dims
+    if size % steps[0]:
+        return None
+    layout = (size // steps[0],) + tuple([a // b for a, b in zip(steps, steps[1:])])
+    starts, rest = [], offset
+    for step in steps:
+        starts.append(rest // step)
+        rest %= step
+    if steps[-1] != 1:
+        layout += (steps[-1],)
+        starts.append(rest)
+    if any(s + n > d for s, n, d in zip(starts, sizes, layout)):
+        return None
+    return layout, tuple(starts)
 
 
 def _span(flat, offset, box):
@@ -464,37 +500,88 @@ def _span(flat, offset, box):
 
 def _read_box(flat, offset, shape, box):
     """The view ``(shape, strides)`` at ``offset`` of ``flat`` read through ``box``."""
-    order, sizes = box[0], box[1]
+    sizes = box[1]
     block = _span(flat, offset, box)
     block = block[(slice(None),) + tuple(slice(0, n) for n in sizes[1:]) + (0,)]
-    # the box's dims are the view's sorted ones: put them in the view's order, then
-    # the size-1 dims and the broadcast (stride-0) ones
+    return _arranged(block, box[0], shape)
+
+
+def _read_static(a, offset: int, shape, dims, part: bool = True):
+    """The box view ``dims`` (:func:`_box_dims`) at a known ``offset`` of the storage's
+    array ``a``: one slice of a reshape (:func:`_static_box`), or None (also when it is
+    a part of the storage and not ``part``)."""
+    found = _static_box(a.size, offset, dims)
+    if found is None:
+        return None
+    layout, starts = found
+    limits = tuple([s + n for s, n in zip(starts, dims[1] + (1,))])
+    if limits == layout and not any(starts):  # (the whole storage)
+        return _arranged(jax.lax.reshape(a, dims[1]), dims[0], shape)
+    if not part:
+        return None
+    block = jax.lax.slice(jax.lax.reshape(a, layout), starts, limits)
+    return _arranged(block, dims[0], shape)
+
+
+def _arranged(block, order, shape):
+    """A box's block (its first dims the view's, sorted by stride; then any size-1
+    dims) as the view: its dims put in the view's order, then the size-1 dims and the
+    broadcast (stride-0) ones."""
     rank = len(order)
     perm = sorted(range(rank), key=lambda i: order[i])
-    block = jnp.transpose(block, perm) if perm != list(range(rank)) else block
+    if perm != list(range(rank)):
+        block = jax.lax.transpose(jax.lax.reshape(block, block.shape[:rank]), perm)
     kept = sorted(order)
-    full = [shape[d] if d in kept else 1 for d in range(len(shape))]
-    return jnp.broadcast_to(block.reshape(full), shape)
+    full = tuple([shape[d] if d in kept else 1 for d in range(len(shape))])
+    # (lax's reshape and broadcast add nothing to the program where the shape is the same)
+    block = jax.lax.reshape(block, full)
+    return jax.lax.broadcast_in_dim(block, tuple(shape), tuple(range(len(shape))))
 
 
 def _make_gather(shape, strides):
     numel = math.prod(shape)
     contiguous = _is_contiguous(shape, strides)
-    box = None if contiguous else _box(shape, strides)
+    dims = None if contiguous else _box_dims(shape, strides)
+    box = None if dims is None else _box(shape, strides)
+    # NOTE: a view whose dims are permuted (a transposed key) is read through its span
+    # even at a known offset, unless it is its whole storage (a weight read as W.t()):
+    # measured on XLA's CPU compiler with vLLM's decode step, their static slices made
+    # the step compile ~25% slower (bigger fusions) and run 2-6% slower; the other
+    # views' made no difference there
+    in_order = dims is not None and list(dims[0]) == sorted(dims[0])
+
+    def static(a, offset):  # (an offset known when traced: a captured graph's)
+        if not contiguous:
+            return None if dims is None else _read_static(a, offset, shape, dims, in_order)
+        if offset == 0 and numel == a.size:
+            return jax.lax.reshape(a, shape)
+        if offset + numel > a.size:
+            return None
+        return jax.lax.reshape(
+            jax.lax.slice(jax.lax.reshape(a, (a.size,)), (offset,), (offset + numel,)), shape
+        )
+
     if contiguous:
 
-        def gather(a, offset):
+        def dynamic(a, offset):
             return jax.lax.dynamic_slice(a.reshape(-1), (offset,), (numel,)).reshape(shape)
 
     elif box is not None:  # slices, a transpose, a broadcast: no gather
 
-        def gather(a, offset):
+        def dynamic(a, offset):
             return _read_box(a.reshape(-1), offset, shape, box)
 
     else:
 
-        def gather(a, offset):
+        def dynamic(a, offset):
             return a.reshape(-1)[_flat_index(shape, strides) + offset]
+
+    def gather(a, offset):
+        if offset.__class__ is int:
+            out = static(a, offset)
+            if out is not None:
+                return out
+        return dynamic(a, offset)
 
     return gather
 
@@ -509,30 +596,62 @@ def _write_box(flat, v, offset, shape, box):
     ``box`` (:func:`_box`; the view does not overlap itself): updates of slices."""
     order, reach = box[0], box[3]
     block = _span(flat, offset, box)
-    kept = sorted(order)
-    part = jnp.transpose(v.reshape([shape[d] for d in kept]), [kept.index(d) for d in order])
-    block = jax.lax.dynamic_update_slice(block, part[..., None], (0,) * block.ndim)
+    part = _sorted_part(v, order, shape)
+    part = jax.lax.reshape(part, part.shape + (1,))  # (the span's last dim: the smallest stride)
+    block = jax.lax.dynamic_update_slice(block, part, (0,) * block.ndim)
     return jax.lax.dynamic_update_slice(flat, block.reshape(-1)[:reach], (offset,))
+
+
+def _write_static(a, v, offset: int, shape, dims):
+    """:func:`_write_box` at a known ``offset``, of the storage's array ``a``: one update
+    of a reshape (flat, as :func:`_write_box`'s), or None."""
+    found = _static_box(a.size, offset, dims)
+    if found is None:
+        return None
+    layout, starts = found
+    part = _sorted_part(v, dims[0], shape)
+    if part.ndim < len(layout):  # (the layout's last dim: a smallest stride not 1)
+        part = jax.lax.reshape(part, part.shape + (1,))
+    block = jax.lax.dynamic_update_slice(jax.lax.reshape(a, layout), part, starts)
+    return jax.lax.reshape(block, (a.size,))
+
+
+def _sorted_part(v, order, shape):
+    """The value ``v`` of a box view, its dims sorted as the box's."""
+    kept = sorted(order)
+    sizes = tuple([shape[d] for d in order])
+    perm = [kept.index(d) for d in order]
+    if perm != list(range(len(order))):
+        v = jax.lax.transpose(jax.lax.reshape(v, tuple([shape[d] for d in kept])), perm)
+    return jax.lax.reshape(v, sizes)
 
 
 def _make_scatter(shape, strides):
     contiguous = _is_contiguous(shape, strides)
-    box = None if contiguous else _box(shape, strides)
+    dims = None if contiguous else _box_dims(shape, strides)
+    box = None if dims is None else _box(shape, strides)
     if contiguous:
 
-        def scatter(a, v, offset):
+        def dynamic(a, v, offset):
             return jax.lax.dynamic_update_slice(a.reshape(-1), v.reshape(-1), (offset,))
 
     elif box is not None:  # updates of slices: no scatter
 
-        def scatter(a, v, offset):
+        def dynamic(a, v, offset):
             return _write_box(a.reshape(-1), v.astype(a.dtype), offset, shape, box)
 
     else:
 
-        def scatter(a, v, offset):
+        def dynamic(a, v, offset):
             idx = (_flat_index(shape, strides) + offset).reshape(-1)
             return a.reshape(-1).at[idx].set(v.reshape(-1))
+
+    def scatter(a, v, offset):
+        if dims is not None and offset.__class__ is int:  # (a captured graph's offset)
+            out = _write_static(a, v.astype(a.dtype), offset, shape, dims)
+            if out is not None:
+                return out
+        return dynamic(a, v, offset)
 
     return scatter
 
