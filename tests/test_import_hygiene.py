@@ -520,3 +520,15 @@ def test_every_accelerator_function_returns_or_raises_clearly():
     assert results["memory_stats"]["returns"].startswith("OrderedDict([('active.all.allocated'")
     assert "float32" in results["get_device_capability"]["returns"]
     assert results["Graph"]["raises"] == "RuntimeError"  # PyTorch's: not supported on pjrt
+
+
+def test_registration_asks_for_kernels_not_the_fallback():
+    # install() registers a decomposition only for an op without a pjrt kernel; the
+    # dispatcher's computed table counts the boxed fallback, so it says every op has one
+    from torch_pjrt import ops
+
+    computed = torch._C._dispatch_has_computed_kernel_for_dispatch_key
+    assert computed("aten::eye.out", "PrivateUse1")  # (the fallback's)
+    assert not ops._has_kernel(torch.ops.aten.eye.out, "PrivateUse1")
+    assert ops._has_kernel(torch.ops.aten.add.Tensor, "PrivateUse1")  # pjrt's own
+    assert ops._has_kernel(torch.ops.aten.randn.generator, "PrivateUse1")  # composite

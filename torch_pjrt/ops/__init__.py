@@ -50,7 +50,14 @@ _fallback_lib: torch.library.Library | None = None
 
 
 def _has_kernel(op, key: str) -> bool:
-    return torch._C._dispatch_has_computed_kernel_for_dispatch_key(op.name(), key)
+    """Whether ``op`` has a kernel registered for ``key`` (``PrivateUse1``) or for a
+    composite key that serves it (CompositeImplicitAutograd's are checked apart).
+
+    NOTE: not the dispatcher's computed table, which counts backend fallbacks too: once
+    ours is registered, every op would have a PrivateUse1 kernel."""
+    name, has = op.name(), torch._C._dispatch_has_kernel_for_dispatch_key
+    keys = (key, "CompositeExplicitAutogradNonFunctional", "CompositeExplicitAutograd")
+    return any(has(name, k) for k in keys)
 
 
 def _impl(lib, op, fn) -> None:
