@@ -533,9 +533,12 @@ def _arranged(block, order, shape):
         block = jax.lax.transpose(jax.lax.reshape(block, block.shape[:rank]), perm)
     kept = sorted(order)
     full = tuple([shape[d] if d in kept else 1 for d in range(len(shape))])
-    # (lax's reshape and broadcast add nothing to the program where the shape is the same)
-    block = jax.lax.reshape(block, full)
-    return jax.lax.broadcast_in_dim(block, tuple(shape), tuple(range(len(shape))))
+    if block.shape != full:  # (lax's checks cost ~20 us a call even where nothing changes)
+        block = jax.lax.reshape(block, full)
+    shape = tuple(shape)
+    if full == shape:
+        return block
+    return jax.lax.broadcast_in_dim(block, shape, tuple(range(len(shape))))
 
 
 def _make_gather(shape, strides):
