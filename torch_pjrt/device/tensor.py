@@ -442,18 +442,15 @@ def _box_dims(shape, strides):
     return tuple(order), tuple(sizes), tuple(steps)
 
 
-def _box(shape, strides):
+def _box(dims):
     """How to read a strided view as slices, reshapes and a transpose rather than a
     gather, when it is one: ``(order, sizes, strides, reach, pad)`` or None.
 
-    The view's box dims (:func:`_box_dims`) read as a prefix of each dim of a row-major
-    box whose dim sizes are the ratios of consecutive strides. The box spans ``sizes[0]
-    * strides[0]`` elements from the offset: the ``reach`` elements the view touches,
-    then ``pad`` zeros. A view that touches few of the elements it spans (a column of a
-    wide matrix) is gathered too: reading the span would cost more."""
-    dims = _box_dims(shape, strides)
-    if dims is None:
-        return None
+    The view's box dims (``dims``, from :func:`_box_dims`) read as a prefix of each dim
+    of a row-major box whose dim sizes are the ratios of consecutive strides. The box
+    spans ``sizes[0] * strides[0]`` elements from the offset: the ``reach`` elements the
+    view touches, then ``pad`` zeros. A view that touches few of the elements it spans
+    (a column of a wide matrix) is gathered too: reading the span would cost more."""
     order, sizes, steps = dims
     reach = sum((n - 1) * st for n, st in zip(sizes, steps)) + 1
     span = sizes[0] * steps[0]
@@ -506,7 +503,7 @@ def _read_box(flat, offset, shape, box):
     return _arranged(block, box[0], shape)
 
 
-def _read_static(a, offset: int, shape, dims, part: bool = True):
+def _read_static(a, offset: int, shape, dims, part: bool):
     """The box view ``dims`` (:func:`_box_dims`) at a known ``offset`` of the storage's
     array ``a``: one slice of a reshape (:func:`_static_box`), or None (also when it is
     a part of the storage and not ``part``)."""
@@ -545,7 +542,7 @@ def _make_gather(shape, strides):
     numel = math.prod(shape)
     contiguous = _is_contiguous(shape, strides)
     dims = None if contiguous else _box_dims(shape, strides)
-    box = None if dims is None else _box(shape, strides)
+    box = None if dims is None else _box(dims)
     # NOTE: a view whose dims are permuted (a transposed key) is read through its span
     # even at a known offset, unless it is its whole storage (a weight read as W.t()):
     # measured on XLA's CPU compiler with vLLM's decode step, their static slices made
@@ -632,7 +629,7 @@ def _sorted_part(v, order, shape):
 def _make_scatter(shape, strides):
     contiguous = _is_contiguous(shape, strides)
     dims = None if contiguous else _box_dims(shape, strides)
-    box = None if dims is None else _box(shape, strides)
+    box = None if dims is None else _box(dims)
     if contiguous:
 
         def dynamic(a, v, offset):
