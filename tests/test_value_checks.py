@@ -450,6 +450,36 @@ def test_following_stops_when_the_bad_values_are_gone():
         assert set(asserts._failed) <= before
 
 
+def test_while_a_failed_check_is_kept_a_recording_without_checks_keeps_nothing():
+    """A failed check kept alive (the user holds its value, or an exception's traceback
+    does) does not make later fused recordings hold their outputs: once every check is
+    read, a recording whose inputs come from no failed check is not followed, and a
+    deleted result frees its memory at once (it was held until the next recording)."""
+    import weakref
+
+    from torch_pjrt.device.tensor import argument
+    from torch_pjrt.runtime import asserts
+
+    with torch_pjrt.mode("eager"):
+        bad = torch.arange(5.0, device=DEV)[_t([7], DEV)]
+        with pytest.raises(IndexError):
+            torch.pjrt.synchronize()
+    assert asserts.watching()  # (bad keeps its failed check alive)
+    with torch_pjrt.mode("fused"):
+        before = torch.pjrt.memory_allocated()
+        keep = torch.ones(1 << 16, device=DEV) + 1
+        torch.pjrt.synchronize()
+        assert torch.pjrt.memory_allocated() - before >= keep.nbytes
+        gone = weakref.ref(argument(keep, lazy=True))
+        del keep
+        assert gone() is None
+        assert torch.pjrt.memory_allocated() == before
+        after = bad * 2  # (from the failed check: followed, and refused)
+        torch.pjrt.synchronize()
+        with pytest.raises(IndexError, match="index 7 is out of bounds"):
+            after.cpu()
+
+
 @pytest.mark.parametrize("mode", ["eager", "fused"])
 def test_inputs_that_passed_are_not_checked_again(mode):
     """Arrays never change, so a program whose checks passed on some arrays runs its

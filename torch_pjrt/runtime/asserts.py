@@ -636,7 +636,12 @@ def later(mark, marks: list) -> None:
     are read and held first."""
     # (without a failed check alive, an input's marks name unread checks, whose failing
     # the count of failures tells, or held ones)
-    _unmarked.append(_Later(mark, _failures, marks if _failed else []))
+    entry = _Later(mark, _failures, marks if _failed else [])
+    if _expected or _reading or _unmarked:
+        _unmarked.append(entry)  # (decided when the checks are read, in order)
+    elif not entry.needless():  # (every check read: what _settle_read would do now;
+        mark()  # a failed check alive, say a kept traceback's, must not hold the
+        # recording's values until something looks at marks)
 
 
 def settle() -> None:
