@@ -500,3 +500,13 @@ def test_import_has_no_side_effects_on_jax_or_environment():
 def test_invalid_device_index(index):
     with pytest.raises(RuntimeError, match=f"Invalid device pjrt:{index}"):
         torch.ones(2, device=f"pjrt:{index}")
+
+
+def test_tensors_of_more_dims_than_numpy_allows_move_both_ways():
+    """numpy arrays have at most 64 dims, PyTorch's and XLA's arrays more: such a tensor
+    goes to pjrt and back whole."""
+    x = torch.arange(6.0).reshape([2, *[1] * 63, 3, 1])
+    y = x.to("pjrt")
+    assert y.shape == x.shape
+    assert torch.equal(y.cpu(), x)
+    assert torch.equal(y.view(6).cpu(), x.view(6))

@@ -61,6 +61,9 @@ _NUMPY_VIEW = {
 }
 
 
+_NUMPY_MAX_DIMS = 64
+
+
 def to_numpy(t: torch.Tensor) -> np.ndarray:
     """A CPU tensor as a numpy array (a view where numpy has the dtype)."""
     t = t.detach()
@@ -92,6 +95,8 @@ _HOLD_BYTES = 1 << 20
 
 def from_host(t: torch.Tensor, device) -> jax.Array:
     """Copy a CPU tensor to a JAX device."""
+    if t.dim() > _NUMPY_MAX_DIMS:  # (numpy's limit, not PyTorch's or XLA's: copied flat)
+        return from_host(t.reshape(-1), device).reshape(t.shape)
     a = to_numpy(t)
     metrics.count("transfers_to_device")
     metrics.count("bytes_to_device", a.nbytes)
@@ -188,6 +193,8 @@ def to_host_async(a: jax.Array, dtype: torch.dtype, out: torch.Tensor | None = N
 
 
 def _fill(a: jax.Array, out: torch.Tensor) -> None:
+    if a.ndim > _NUMPY_MAX_DIMS:
+        a, out = a.reshape(-1), out.view(-1)
     to_numpy(out)[...] = np.asarray(a)
 
 
