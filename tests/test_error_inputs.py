@@ -40,6 +40,7 @@ from contextlib import nullcontext as _nothing
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from torch.testing._internal.common_methods_invocations import op_db
 
 import torch_pjrt
@@ -226,3 +227,59 @@ def test_meta_kernels_that_cannot_tell_change_nothing():
     repeats = torch.ones(4, dtype=torch.int64, device="pjrt")
     assert registry.meta_error(torch.ops.aten.repeat_interleave.Tensor, (repeats,), {}) is None
     assert isinstance(registry.meta_error(torch.ops.aten.trace.default, (x,), {}), RuntimeError)
+
+
+# --- the CPU's words ---------------------------------------------------------------------
+
+# calls PyTorch refuses, whose Meta kernels (or decompositions) word the refusal otherwise
+# than the CPU kernels do: on pjrt the message is the CPU's, word for word
+_REFUSED = {
+    "matmul": lambda d: torch.ones(2, 3, device=d) @ torch.ones(2, 3, device=d),
+    "linear": lambda d: F.linear(torch.ones(2, 3, device=d), torch.ones(4, 5, device=d)),
+    "dot dtypes": lambda d: torch.dot(
+        torch.ones(3, device=d), torch.ones(3, device=d, dtype=torch.half)
+    ),
+    "dot sizes": lambda d: torch.dot(torch.ones(3, device=d), torch.ones(4, device=d)),
+    "masked_fill_": lambda d: torch.ones(3, device=d).masked_fill_(
+        torch.ones(3, device=d) > 0, torch.ones(2, device=d)
+    ),
+    "layer_norm": lambda d: F.layer_norm(torch.ones(2, 3, device=d), (3,), torch.ones(2, device=d)),
+    "softshrink": lambda d: F.softshrink(torch.ones(3, device=d), -0.5),
+    "roll": lambda d: torch.roll(torch.ones(3, device=d), [1, 2], [0]),
+    "trace": lambda d: torch.trace(torch.ones(2, 2, 2, device=d)),
+    "cauchy_": lambda d: torch.ones(3, device=d).cauchy_(0, 0),
+    "max_unpool2d (a decomposition)": lambda d: F.max_unpool2d(
+        torch.ones(1, 1, 2, 2, device=d), torch.zeros(1, 1, 2, 3, dtype=torch.long, device=d), 2
+    ),
+}
+
+
+def _refusal(call, device: str) -> str:
+    with pytest.raises(Exception) as info:
+        for t in _tensors(call(device)):
+            t.cpu()
+    return f"{info.type.__name__}: {info.value}"
+
+
+@pytest.mark.parametrize("mode", ["eager", "fused"])
+@pytest.mark.parametrize("case", list(_REFUSED))
+def test_refusals_in_the_cpus_words(case, mode):
+    """Arguments PyTorch refuses raise on pjrt the CPU's exception with its message, word
+    for word (the Meta kernel's words are "a and b must have same reduction dim" where the
+    CPU's are "mat1 and mat2 shapes cannot be multiplied (2x3 and 2x3)")."""
+    want = _refusal(_REFUSED[case], "cpu")
+    with torch_pjrt.mode(mode):
+        assert _refusal(_REFUSED[case], "pjrt") == want
+
+
+def test_arguments_too_big_to_stand_in_keep_the_meta_kernels_words(monkeypatch):
+    """The CPU's words come from running the op on CPU stand-ins of the arguments; above
+    ``registry.CPU_WORDS_LIMIT`` elements that is not done and the Meta kernel's message
+    stays."""
+    monkeypatch.setattr(registry, "CPU_WORDS_LIMIT", 11)
+    a, b = torch.ones(2, 3, device="pjrt"), torch.ones(2, 3, device="pjrt")
+    with pytest.raises(RuntimeError, match=r"^a and b must have same reduction dim"):
+        torch.mm(a, b)
+    monkeypatch.setattr(registry, "CPU_WORDS_LIMIT", 12)
+    with pytest.raises(RuntimeError, match=re.escape("cannot be multiplied (2x3 and 2x3)")):
+        torch.mm(a, b)

@@ -10,13 +10,23 @@ from __future__ import annotations
 import torch
 from torch._decomp import core_aten_decompositions
 
+from torch_pjrt.ops import registry
+
 # op -> why its decomposition is not used on pjrt
 EXCLUDED: dict = {}
 
 
-def _decomp_kernel(fn):
+def _decomp_kernel(op, fn):
     def kernel(*args, **kwargs):
-        return fn(*args, **kwargs)
+        try:
+            return fn(*args, **kwargs)
+        except Exception:
+            # arguments PyTorch refuses: its error in the CPU's words (the decomposition's
+            # own check may word it otherwise: "torch.Size([8, 8, 1])" for "[8, 8, 1]")
+            error = registry.meta_error(op, args, kwargs)
+            if error is None:
+                raise
+            raise error from None
 
     return kernel
 
@@ -33,4 +43,4 @@ def kernels(done, has_kernel):
             op.name(), "CompositeImplicitAutograd"
         ):
             continue
-        yield op, _decomp_kernel(fn)
+        yield op, _decomp_kernel(op, fn)

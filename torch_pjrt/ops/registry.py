@@ -15,6 +15,7 @@ import dataclasses
 import keyword
 import logging
 import sys
+import warnings
 from collections.abc import Callable
 
 import jax
@@ -607,8 +608,45 @@ def meta_error(op: OpOverload, args, kwargs) -> Exception | None:
     except NotImplementedError:
         return None
     except Exception as exc:  # noqa: BLE001  (this is the error PyTorch gives)
-        return None if "meta tensor" in str(exc).lower() else exc
+        return None if "meta tensor" in str(exc).lower() else _in_cpu_words(op, args, kwargs, exc)
     return None
+
+
+# arguments of more elements than this keep the Meta kernel's words (their stand-ins cost)
+CPU_WORDS_LIMIT = 1 << 22
+
+
+def _in_cpu_words(op: OpOverload, args, kwargs, exc: Exception) -> Exception:
+    """``exc``, the Meta kernel's refusal of these arguments, as the CPU kernel words it:
+    the op run on CPU stand-ins of the arguments (zeros of the pjrt tensors' shapes,
+    strides and dtypes; copies of CPU tensors) when that raises an exception of the same
+    type whose message does not name the CPU (a kernel's name, a device); else ``exc``.
+    Meta kernels check what the CPU kernels check, in their own words ("a and b must
+    have same reduction dim" where the CPU, and CUDA, say "mat1 and mat2 shapes cannot
+    be multiplied (2x3 and 2x3)"); users compare our errors with theirs."""
+    budget = [CPU_WORDS_LIMIT]
+
+    def stand_in(t: torch.Tensor) -> torch.Tensor:
+        span = 0 if 0 in t.shape else 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+        budget[0] -= span
+        if budget[0] < 0:
+            raise OverflowError  # (too big to stand in for: the Meta kernel's words)
+        if t.device.type == "cpu":
+            return t.detach().clone()
+        return torch.zeros(span, dtype=t.dtype).as_strided(t.shape, t.stride())
+
+    def on_cpu(x):
+        return None if isinstance(x, torch.Generator) else retarget(x, "cpu", stand_in)
+
+    try:
+        cpu_args, cpu_kwargs = on_cpu(args), {k: on_cpu(v) for k, v in kwargs.items()}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            op(*cpu_args, **cpu_kwargs)
+    except Exception as cpu_exc:  # noqa: BLE001  (the CPU's refusal, or no stand-in)
+        if type(cpu_exc) is type(exc) and "cpu" not in str(cpu_exc).lower():
+            return cpu_exc.with_traceback(None)
+    return exc
 
 
 def refusal(exc: Exception) -> Exception:
