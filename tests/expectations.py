@@ -270,14 +270,7 @@ XFAIL_CORE_EXAMPLES: dict[str, str] = {}
 XFAIL_HF_FAMILIES: dict[str, str] = {}
 
 # tests/test_hf_generate.py: greedy case id ("<family>-<cache>-<mode>") -> reason
-XFAIL_HF_GENERATE: dict[str, str] = {
-    "mistral-static-compiled": (
-        "one XLA program per token: the sliding-window static cache keeps its offset as a "
-        "Python int (StaticSlidingWindowLayer.cumulative_length_int, get_mask_sizes' "
-        "kv_offset); Dynamo makes it a symbolic int and torch_pjrt passes symbolic ints that "
-        "are not sizes to the program as static arguments"
-    ),
-}
+XFAIL_HF_GENERATE: dict[str, str] = {}
 
 # tests/test_hf_integration.py: test function name -> reason
 XFAIL_HF_INTEGRATION: dict[str, str] = {}

@@ -316,6 +316,48 @@ def test_program_recompiles_on_new_shapes_with_the_cause():
     assert any("input 0 changed from float32[2] to float32[3]" in c for c in causes), causes
 
 
+class _Offset:
+    """A Python int a step advances, as a static cache keeps its length
+    (transformers' ``StaticSlidingWindowLayer.cumulative_length_int``)."""
+
+    def __init__(self):
+        self.n = 0
+
+
+def _advance(x, state):
+    state.n = state.n + 1  # Dynamo: an int input and an int output of the graph
+    return x * 2
+
+
+def _advance_and_use(x, state):
+    state.n = state.n + 1
+    return x + state.n  # (the program reads it)
+
+
+@pytest.mark.parametrize("mode", ["eager", "fused"])
+def test_an_int_the_program_does_not_read_builds_no_program_per_value(mode):
+    """A symbolic int that only feeds Python arithmetic returned to the caller (a static
+    cache's offset + 1) is no argument of the program: one program for every value, and
+    the returned int is this call's (it built one program per token of a sliding-window
+    static cache). An int the program reads stays one of its static arguments, right."""
+    torch._dynamo.reset()
+    f = torch.compile(_advance, backend="pjrt")
+    state, x = _Offset(), torch.arange(4.0, device="pjrt")
+    with torch_pjrt.mode(mode):
+        torch_pjrt.metrics.reset()
+        for _ in range(8):
+            out = f(x, state)
+        assert state.n == 8
+        _close(out, torch.arange(4.0) * 2)
+        d = torch_pjrt.metrics.as_dict()
+        # Dynamo: the first call specializes the int, the second makes it symbolic
+        assert d["dynamo_graphs"] == 2 and d["graph_compilations"] == 2, d
+        g, used = torch.compile(_advance_and_use, backend="pjrt"), _Offset()
+        for n in range(1, 6):
+            _close(g(x, used), torch.arange(4.0) + n)
+        assert used.n == 5
+
+
 @pytest.mark.parametrize("how", ["dynamic", "mark_dynamic"])
 def test_training_over_lengths_is_exact_and_compiles_once_per_bucket(how):
     torch.manual_seed(0)

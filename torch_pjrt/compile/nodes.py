@@ -216,3 +216,47 @@ class AutoFunctionalized:
         if self.n_results == 0:
             results = (None,)
         return (*results, *bases)
+
+
+class _Free:
+    """What a free value (:func:`_free_values`) is while the program traces."""
+
+    def __repr__(self) -> str:
+        return "<free>"
+
+
+FREE = _Free()
+
+
+def free_values(inputs, body, calls) -> tuple[frozenset, dict]:
+    """(positions of inputs, nodes) of a graph's free values: non-tensor inputs (ints,
+    symbolic ints Dynamo passes, such as a static cache's Python offset) and the Python
+    arithmetic on them, that no lowering reads and no tensor depends on, so that they
+    only end in outputs (the offset + 1 the cache keeps). They are no part of the
+    program (a new value would otherwise build a new one: one program per token), and
+    their outputs are computed at each call. The nodes map to None, in graph order."""
+
+    def tensor(n) -> bool:
+        val = n.meta.get("val", n.meta.get("example_value"))
+        return isinstance(val, torch.Tensor) or isinstance(val, (list, tuple))
+
+    host: list = [n for n in inputs if not tensor(n)]
+    hosted = set(host)
+    for n in body:
+        if n.op != "call_function" or n in calls or n.target is torch.ops.aten.copy_.default:
+            continue
+        if tensor(n) or not n.all_input_nodes:
+            continue
+        if all(a in hosted for a in n.all_input_nodes):
+            host.append(n)
+            hosted.add(n)
+    needed: set = set()
+    for n in reversed(host):  # (users come first)
+        for u in n.users:
+            if u in needed or (u not in hosted and u.op != "output"):
+                needed.add(n)
+                break
+    position = {n: i for i, n in enumerate(inputs)}
+    free = frozenset(position[n] for n in host if n not in needed and n in position)
+    nodes = {n: None for n in host if n not in needed and n not in position}
+    return free, nodes

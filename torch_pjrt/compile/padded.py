@@ -18,6 +18,7 @@ import torch
 import torch.fx
 
 from torch_pjrt.compile import buckets, padding_rules
+from torch_pjrt.compile.nodes import FREE
 from torch_pjrt.device import random as pjrt_random
 from torch_pjrt.runtime import events as metrics
 from torch_pjrt.runtime import executor
@@ -62,9 +63,13 @@ class PaddedProgram:
             v = env[a] if isinstance(a, torch.fx.Node) else a
             return v.padded if isinstance(v, buckets.Sym) else v
 
+        free = self.graph.free_nodes
         for n in self.graph.body:
             if n.op == "get_attr":
                 env[n] = self.graph._constant(n)
+                continue
+            if n in free:
+                env[n] = FREE
                 continue
             raw_args = torch.fx.node.map_aggregate(n.args, raw)
             call = self.graph.calls.get(n)
@@ -97,6 +102,9 @@ class PaddedProgram:
             if isinstance(v, jax.Array):
                 record[i] = trace.f(o, v)
                 outs.append(v)
+            elif v is FREE:  # (computed at each call: GraphProgram.host_output)
+                record[i] = FREE
+                outs.append(None)
             elif isinstance(v, buckets.Sym):
                 if v.factors is None:
                     raise buckets.NotBucketable("a computed size is an output")
@@ -112,6 +120,7 @@ class PaddedProgram:
     def __call__(self, args):
         """Run on inputs padded to buckets; outputs are views with the true sizes."""
         plan = self.plan
+        given = args
         true = {name: int(args[i]) for i, name in plan.symbols.items()}
         padded = {name: buckets.bucket(v) for name, v in true.items()}
         derived_true = [int(args[i]) for i in sorted(plan.derived)]
@@ -150,7 +159,9 @@ class PaddedProgram:
         n_user = len(outs) if self.graph.n_user_outputs is None else self.graph.n_user_outputs
         for i, a in enumerate(outs):
             info = record[i]
-            if a is None:
+            if info is FREE:
+                results.append(self.graph.host_output(i, given))
+            elif a is None:
                 results.append(
                     None if info is None else math.prod(buckets.true_shape((info[1],), true))
                 )
@@ -175,6 +186,9 @@ class PaddedProgram:
             for i, kind in enumerate(kinds):
                 if kind == "a":
                     values.append(next(it_arrays))
+                    continue
+                if kind == "h":
+                    values.append(FREE)
                     continue
                 value = next(it_statics)
                 name = plan.symbols.get(i)

@@ -22,9 +22,11 @@ from torch_pjrt import runtime
 from torch_pjrt.compile import buckets
 from torch_pjrt.compile.nodes import (
     AUTO_FUNCTIONALIZED,
+    FREE,
     AutoFunctionalized,
     Call,
     Unsupported,
+    free_values,
     source_line,
 )
 from torch_pjrt.compile.padded import PaddedProgram
@@ -117,6 +119,9 @@ class GraphProgram:
                 self.calls[n] = Call(n.target, lowering, lookup(n.target) is not None)
                 self.random_nodes += lowering.random
         self.mutated_positions = tuple(sorted(self.mutated))
+        # values no lowering reads (host arithmetic that only ends in outputs): not
+        # arguments of the program, their outputs computed at each call (_host_outputs)
+        self.free, self.free_nodes = free_values(self.inputs, self.body, self.calls)
         # functional collectives of one pjrt group: the program runs SPMD over the group
         self.group_name = None
         if _spmd_collectives is not None:
@@ -175,6 +180,9 @@ class GraphProgram:
             if n.op == "get_attr":
                 env[n] = self._constant(n)
                 continue
+            if n in self.free_nodes:
+                env[n] = FREE
+                continue
             args = torch.fx.node.map_aggregate(n.args, load)
             kwargs = torch.fx.node.map_aggregate(n.kwargs, load)
             target = n.target
@@ -223,6 +231,8 @@ class GraphProgram:
                     values.append(next(it_donated))
                 elif kind == "a":
                     values.append(next(it_arrays))
+                elif kind == "h":
+                    values.append(FREE)
                 else:
                     values.append(next(it_statics))
             return self._evaluate(values, rng, record)
@@ -267,8 +277,11 @@ class GraphProgram:
             passed = collections.Counter(id(v) for v in values if isinstance(v, jax.Array))
             candidates = {i: c for i, c in candidates.items() if passed[id(values[i])] == 1}
         donated, arrays, statics, kinds = [], [], [], []
+        free = self.free
         for i, (a, value) in enumerate(zip(args, values)):
-            if not isinstance(a, torch.Tensor):
+            if i in free:
+                kinds.append("h")
+            elif not isinstance(a, torch.Tensor):
                 statics.append(value)
                 kinds.append("s")
             elif i in candidates:
@@ -352,7 +365,8 @@ class GraphProgram:
         values = None
         for i, a in enumerate(outs):
             if a is None:
-                results.append(record[i])
+                value = record[i]
+                results.append(self.host_output(i, args) if value is FREE else value)
                 continue
             layout = self.layouts.get(i)
             if layout is not None:
@@ -380,7 +394,10 @@ class GraphProgram:
         if why is not None:
             fused.capture_refuse(index, f"calls the compiled graph {self.name}, where {why}")
         arrays, statics, kinds = [], [], []
-        for a in args:
+        for i, a in enumerate(args):
+            if i in self.free:
+                kinds.append("h")
+                continue
             if not isinstance(a, torch.Tensor):
                 statics.append(static(a))
                 kinds.append("s")
@@ -409,6 +426,20 @@ class GraphProgram:
         for p, value in zip(self.mutated_positions, new_values):
             write(args[p], value, owned=True)
         return self._results(outs, key, args, index)
+
+    def host_output(self, i: int, args):
+        """Output ``i``, a value computed from the graph's free values alone (Python
+        arithmetic on ints: ``cache_length + 1``), from this call's arguments."""
+        env = dict(zip(self.inputs, args))
+
+        def load(a):
+            return env[a] if isinstance(a, torch.fx.Node) else a
+
+        for n in self.free_nodes:  # (in graph order)
+            if n.op == "call_function":
+                args_, kwargs = (torch.fx.node.map_aggregate(x, load) for x in (n.args, n.kwargs))
+                env[n] = n.target(*args_, **kwargs)
+        return load(self.outputs[i])
 
     def _symbol_values(self, args) -> dict:
         values = {}
