@@ -265,6 +265,60 @@ FAMILIES: dict[str, Family] = {
         ),
         _causal_lm,
     ),
+    # sliding-window layers beside full ones (a static cache keeps its length as an int)
+    "gemma3": Family(
+        _transformer("Gemma3TextConfig", "Gemma3ForCausalLM", head_dim=8, sliding_window=8, **_GQA),
+        _causal_lm,
+    ),
+    "qwen3": Family(
+        _transformer("Qwen3Config", "Qwen3ForCausalLM", head_dim=8, **_GQA), _causal_lm
+    ),
+    "qwen3_moe": Family(
+        _transformer(
+            "Qwen3MoeConfig",
+            "Qwen3MoeForCausalLM",
+            head_dim=8,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            **_GQA,
+        ),
+        _causal_lm,
+    ),
+    # experts, attention sinks, sliding and full layers
+    "gpt_oss": Family(
+        _transformer(
+            "GptOssConfig",
+            "GptOssForCausalLM",
+            head_dim=8,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            sliding_window=8,
+            layer_types=["sliding_attention", "full_attention"],
+            **_GQA,
+        ),
+        _causal_lm,
+    ),
+    # multi-head latent attention (low-rank keys and values), routed experts
+    "deepseek_v3": Family(
+        _transformer(
+            "DeepseekV3Config",
+            "DeepseekV3ForCausalLM",
+            num_key_value_heads=4,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            first_k_dense_replace=1,
+            kv_lora_rank=16,
+            q_lora_rank=16,
+            qk_rope_head_dim=8,
+            qk_nope_head_dim=8,
+            v_head_dim=8,
+            n_group=1,
+            topk_group=1,
+        ),
+        _causal_lm,
+    ),
     "bert": Family(_transformer("BertConfig", "BertForMaskedLM"), _masked_lm),
     "roberta": Family(
         _transformer("RobertaConfig", "RobertaForMaskedLM", pad_token_id=1),

@@ -39,7 +39,10 @@ import torch
 import torch_pjrt
 from tests import expectations, hf_families
 
-DECODERS = ["gpt2", "llama", "mistral", "qwen2", "gemma", "phi3", "mixtral"]
+DECODERS = [
+    "gpt2", "llama", "mistral", "qwen2", "gemma", "phi3", "mixtral",
+    "gemma3", "qwen3", "qwen3_moe", "gpt_oss", "deepseek_v3",
+]  # fmt: skip
 SEQ2SEQ = ["t5", "bart", "whisper"]
 NEW = 16
 MAX_STATIC_PROGRAMS = 8  # Llama builds 2 (prefill, decode step); Mixtral 6
