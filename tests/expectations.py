@@ -327,3 +327,6 @@ SKIP_NO_VARIANT = "the CPU refuses every sample's in-place and out= forms"
 # (TORCH_PJRT_TEST_PLATFORM) with fewer devices than the test needs. Never on the CPU,
 # which always has 2 (a CPU run with fewer fails instead)
 SKIP_TOO_FEW_DEVICES = "needs {wanted} pjrt devices; the {platform} platform has {have}"
+# tests/test_executor.py: the count of the process's memory mappings is read from Linux's
+# /proc (the mappings limit it guards against is Linux's)
+SKIP_NO_PROC_MAPS = "no /proc/self/maps: not Linux"

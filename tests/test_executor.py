@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import torch_pjrt
+from tests import expectations as E
 from torch_pjrt import metrics
 
 # shapes no other test uses: a program already built elsewhere would hide a compilation
@@ -346,3 +347,37 @@ def test_results_live_on_their_tensors_device(mode, label, make):
         t = make()
         assert t.device == torch.device("pjrt:1")
         assert cell_of(t).array.devices() == {runtime.device(1)}
+
+
+def test_programs_are_let_go_before_the_mappings_limit(monkeypatch):
+    """XLA:CPU maps each compiled kernel in memory mappings of its own; a process that
+    keeps every program it ever compiled reaches Linux's vm.max_map_count and crashes in
+    XLA's next compilation. Past 80% of the limit the executor lets go of the older half
+    of every program cache: the mappings go with them, and a program that is needed
+    again is compiled again."""
+    import gc
+
+    from torch_pjrt.runtime import executor
+
+    if executor.mappings() is None:
+        pytest.skip(E.SKIP_NO_PROC_MAPS)
+    with torch_pjrt.mode("eager"):
+        xs = [torch.ones(2, 200 + i, device="pjrt") for i in range(40)]
+        [(x * 3).tanh().cpu() for x in xs]  # 40 new programs of each op
+        mul = torch.ops.aten.mul.Tensor
+        programs = [p for p in executor._programs if p.name == str(mul)]
+        before = sum(len(p.cache) for p in programs)
+        held = executor.mappings()
+        metrics.reset()
+        monkeypatch.setattr(executor, "_until_check", 1)  # (restored after the test)
+        monkeypatch.setattr(executor, "mappings_limit", lambda: held)  # (over 80% of it)
+        dropped = executor.keep_mappings_in_bounds()
+        gc.collect()
+        assert dropped >= 1 and metrics.as_dict()["programs_dropped"] == dropped
+        # (an eager op has one program, a jit holding an executable per input shape)
+        assert before >= 1 and sum(len(p.cache) for p in programs) == 0
+        assert executor.mappings() < held - 80  # (XLA:CPU: several per executable)
+        monkeypatch.setattr(executor, "mappings_limit", lambda: 10 * held)
+        assert executor.keep_mappings_in_bounds() == 0  # (under the share: nothing goes)
+        torch.testing.assert_close((xs[0] * 3).tanh().cpu(), torch.full((2, 200), 3.0).tanh())
+        assert metrics.as_dict()["eager_compilations"] >= 1  # (compiled again)

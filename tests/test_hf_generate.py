@@ -114,6 +114,10 @@ def _graph_counts() -> dict:
     return {k: m.get(k, 0) for k in ("graph_compilations", "dynamo_graphs")}
 
 
+def _dropped() -> int:
+    return torch_pjrt.metrics.as_dict().get("programs_dropped", 0)
+
+
 def _causes() -> dict:
     return dict(torch_pjrt.metrics.as_dict().get("graph_compile_causes") or {})
 
@@ -163,10 +167,12 @@ def test_greedy_matches_cpu(name, cache, mode):
             assert first["graph_compilations"] <= MAX_STATIC_PROGRAMS, (first, causes)
             rebuilt = [c for c in causes if not c.endswith("first call")]
             assert not rebuilt, f"programs built again: {rebuilt}"
-            before = _graph_counts()
+            before, dropped = _graph_counts(), _dropped()
             assert torch.equal(_generate(model, inputs, **kwargs), expected)
             again = _diff(_graph_counts(), before)
-            assert again == {"graph_compilations": 0, "dynamo_graphs": 0}, again
+            if _dropped() == dropped:  # (else the process let programs go meanwhile, to
+                # stay under Linux's limit of memory mappings: docs/metrics.md)
+                assert again == {"graph_compilations": 0, "dynamo_graphs": 0}, again
 
 
 @pytest.mark.slow

@@ -184,6 +184,7 @@ class Program:
         "numbered",
         "compiling",
         "calling",
+        "__weakref__",
     )
 
     def __init__(
@@ -221,6 +222,7 @@ class Program:
         self.numbered = 0  # programs of this name numbered in profiler traces so far
         self.compiling = None  # the profiler span of the compilation under way
         self.calling = False  # a profiled call is under way
+        _programs.add(self)
 
     def jitted(self, key):
         """The jitted program of ``key`` (built on first use; compiled by its first call)."""
@@ -413,6 +415,10 @@ class Program:
         self.last = self.traced
         seconds = time.perf_counter() - self.started
         metrics.compilation(self.scope, self.kind, seconds, f"{self.name}: {cause}")
+        global _until_check
+        _until_check -= 1
+        if _until_check <= 0:
+            keep_mappings_in_bounds()
 
     def analysis(self, key, *specs) -> dict:
         """XLA's memory and cost analysis of the program of ``key`` for arguments like
@@ -474,6 +480,71 @@ class Helper:
 
     def __repr__(self) -> str:
         return f"{self.program.name}{self.statics}"
+
+
+# --- the process's memory mappings ---------------------------------------------------
+#
+# Every compiled program stays loaded while its Program keeps it (one per key). XLA:CPU
+# loads each kernel of a program as machine code in memory mappings of its own (about
+# three per kernel, ~100 for a fused recording of a transformer step), and Linux allows a
+# process vm.max_map_count of them (65530 by default): past it, XLA's next compilation
+# crashes the process (SIGSEGV or SIGABRT in the compiler). So the count is read now and
+# then (reading it costs ~20 ms at 30,000 mappings: the fewer held, the fewer reads,
+# assuming at most MAPPINGS_PER_PROGRAM a compilation), and past MAPPINGS_SHARE of the
+# limit the older half of every Program's programs is dropped (an eager op's one program
+# holds an executable per input shape inside its jit), each compiled again if it is
+# needed again (from the persistent cache, when it was worth persisting).
+
+_programs: weakref.WeakSet = weakref.WeakSet()  # every Program
+_until_check = 1  # compilations until the count is read again
+MAPPINGS_SHARE = 0.8
+MAPPINGS_PER_PROGRAM = 500  # (a fused recording of a transformer step: ~100)
+
+
+@functools.cache
+def mappings_limit() -> int | None:
+    """The kernel's limit of memory mappings per process (None where it cannot be read:
+    not Linux)."""
+    try:
+        with open("/proc/sys/vm/max_map_count") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def mappings() -> int | None:
+    """How many memory mappings the process holds now (None where it cannot tell)."""
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            return f.read().count(b"\n")
+    except OSError:
+        return None
+
+
+def keep_mappings_in_bounds() -> int:
+    """Drop the older half of every Program's programs (rounded up) while the process
+    holds more than ``MAPPINGS_SHARE`` of its mappings limit; returns how many were
+    dropped."""
+    global _until_check
+    limit, held = mappings_limit(), mappings()
+    if limit is None or held is None:
+        _until_check = 1 << 62
+        return 0
+    room = limit * MAPPINGS_SHARE - held
+    _until_check = max(4, int(room) // MAPPINGS_PER_PROGRAM)
+    if room >= 0:
+        return 0
+    dropped = 0
+    for program in list(_programs):
+        cache = program.cache
+        # (oldest first: insertion order; a lone key goes too: an eager op's program
+        # holds an executable per input shape)
+        for key in list(cache)[: (len(cache) + 1) // 2]:
+            del cache[key]
+            dropped += 1
+    metrics.count("programs_dropped", dropped)
+    metrics.tally("programs_dropped_at_mappings", str(held))
+    return dropped
 
 
 def _describe_helper(statics, args) -> list:
