@@ -219,7 +219,7 @@ class AutoFunctionalized:
 
 
 class _Free:
-    """What a free value (:func:`_free_values`) is while the program traces."""
+    """What a free value (:func:`free_values`) is while the program traces."""
 
     def __repr__(self) -> str:
         return "<free>"

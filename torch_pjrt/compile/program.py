@@ -120,7 +120,7 @@ class GraphProgram:
                 self.random_nodes += lowering.random
         self.mutated_positions = tuple(sorted(self.mutated))
         # values no lowering reads (host arithmetic that only ends in outputs): not
-        # arguments of the program, their outputs computed at each call (_host_outputs)
+        # arguments of the program, their outputs computed at each call (host_output)
         self.free, self.free_nodes = free_values(self.inputs, self.body, self.calls)
         # functional collectives of one pjrt group: the program runs SPMD over the group
         self.group_name = None
