@@ -334,6 +334,12 @@ def _advance_and_use(x, state):
     return x + state.n  # (the program reads it)
 
 
+def _advance_by_a_used_int(x, state):
+    step = state.m * 2  # (the program reads it)
+    state.n = state.n + step  # (a free value computed from it)
+    return x + step
+
+
 @pytest.mark.parametrize("mode", ["eager", "fused"])
 def test_an_int_the_program_does_not_read_builds_no_program_per_value(mode):
     """A symbolic int that only feeds Python arithmetic returned to the caller (a static
@@ -356,6 +362,12 @@ def test_an_int_the_program_does_not_read_builds_no_program_per_value(mode):
         for n in range(1, 6):
             _close(g(x, used), torch.arange(4.0) + n)
         assert used.n == 5
+        h, both = torch.compile(_advance_by_a_used_int, backend="pjrt"), _Offset()
+        both.m = 0
+        for m in range(1, 6):
+            both.m = m
+            _close(h(x, both), torch.arange(4.0) + 2 * m)
+        assert both.n == sum(2 * m for m in range(1, 6))
 
 
 @pytest.mark.parametrize("how", ["dynamic", "mark_dynamic"])

@@ -228,17 +228,19 @@ class _Free:
 FREE = _Free()
 
 
-def free_values(inputs, body, calls) -> tuple[frozenset, dict]:
-    """(positions of inputs, nodes) of a graph's free values: non-tensor inputs (ints,
-    symbolic ints Dynamo passes, such as a static cache's Python offset) and the Python
-    arithmetic on them, that no lowering reads and no tensor depends on, so that they
-    only end in outputs (the offset + 1 the cache keeps). They are no part of the
-    program (a new value would otherwise build a new one: one program per token), and
-    their outputs are computed at each call. The nodes map to None, in graph order."""
+def free_values(inputs, body, calls) -> tuple[frozenset, dict, list]:
+    """(positions of inputs, nodes, host nodes) of a graph's free values: non-tensor
+    inputs (ints, symbolic ints Dynamo passes, such as a static cache's Python offset)
+    and the Python arithmetic on them, that no lowering reads and no tensor depends on,
+    so that they only end in outputs (the offset + 1 the cache keeps). They are no part
+    of the program (a new value would otherwise build a new one: one program per token),
+    and their outputs are computed at each call, from the host nodes: every Python
+    arithmetic node on non-tensor values, in graph order (a free one may read one the
+    program reads too). The free nodes map to None, in graph order."""
 
     def tensor(n) -> bool:
         val = n.meta.get("val", n.meta.get("example_value"))
-        return isinstance(val, torch.Tensor) or isinstance(val, (list, tuple))
+        return isinstance(val, (torch.Tensor, list, tuple))
 
     host: list = [n for n in inputs if not tensor(n)]
     hosted = set(host)
@@ -259,4 +261,4 @@ def free_values(inputs, body, calls) -> tuple[frozenset, dict]:
     position = {n: i for i, n in enumerate(inputs)}
     free = frozenset(position[n] for n in host if n not in needed and n in position)
     nodes = {n: None for n in host if n not in needed and n not in position}
-    return free, nodes
+    return free, nodes, [n for n in host if n not in position]

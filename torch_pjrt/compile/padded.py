@@ -102,7 +102,7 @@ class PaddedProgram:
             if isinstance(v, jax.Array):
                 record[i] = trace.f(o, v)
                 outs.append(v)
-            elif v is FREE:  # (computed at each call: GraphProgram.host_output)
+            elif v is FREE:  # (computed at each call: GraphProgram.host_outputs)
                 record[i] = FREE
                 outs.append(None)
             elif isinstance(v, buckets.Sym):
@@ -157,10 +157,13 @@ class PaddedProgram:
         record = self.records[key]
         results = []
         n_user = len(outs) if self.graph.n_user_outputs is None else self.graph.n_user_outputs
+        hosted = None
         for i, a in enumerate(outs):
             info = record[i]
             if info is FREE:
-                results.append(self.graph.host_output(i, given))
+                if hosted is None:  # (every free output at once)
+                    hosted = self.graph.host_outputs(given)
+                results.append(hosted[i])
             elif a is None:
                 results.append(
                     None if info is None else math.prod(buckets.true_shape((info[1],), true))

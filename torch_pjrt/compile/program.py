@@ -120,8 +120,10 @@ class GraphProgram:
                 self.random_nodes += lowering.random
         self.mutated_positions = tuple(sorted(self.mutated))
         # values no lowering reads (host arithmetic that only ends in outputs): not
-        # arguments of the program, their outputs computed at each call (host_output)
-        self.free, self.free_nodes = free_values(self.inputs, self.body, self.calls)
+        # arguments of the program, their outputs computed at each call (host_outputs)
+        self.free, self.free_nodes, self.host_nodes = free_values(
+            self.inputs, self.body, self.calls
+        )
         # functional collectives of one pjrt group: the program runs SPMD over the group
         self.group_name = None
         if _spmd_collectives is not None:
@@ -362,11 +364,15 @@ class GraphProgram:
         outputs as recorded at trace time, strided ones in their layouts."""
         record = self._static_outputs[key]
         results = []
-        values = None
+        values = hosted = None
         for i, a in enumerate(outs):
             if a is None:
                 value = record[i]
-                results.append(self.host_output(i, args) if value is FREE else value)
+                if value is FREE:
+                    if hosted is None:  # (every free output at once)
+                        hosted = self.host_outputs(args)
+                    value = hosted[i]
+                results.append(value)
                 continue
             layout = self.layouts.get(i)
             if layout is not None:
@@ -427,19 +433,19 @@ class GraphProgram:
             write(args[p], value, owned=True)
         return self._results(outs, key, args, index)
 
-    def host_output(self, i: int, args):
-        """Output ``i``, a value computed from the graph's free values alone (Python
-        arithmetic on ints: ``cache_length + 1``), from this call's arguments."""
+    def host_outputs(self, args) -> list:
+        """The graph's outputs computed from its free values alone (Python arithmetic on
+        ints: ``cache_length + 1``) with this call's arguments, by position (the others
+        are not computed here: their entries are meaningless)."""
         env = dict(zip(self.inputs, args))
 
         def load(a):
-            return env[a] if isinstance(a, torch.fx.Node) else a
+            return env.get(a) if isinstance(a, torch.fx.Node) else a
 
-        for n in self.free_nodes:  # (in graph order)
-            if n.op == "call_function":
-                args_, kwargs = (torch.fx.node.map_aggregate(x, load) for x in (n.args, n.kwargs))
-                env[n] = n.target(*args_, **kwargs)
-        return load(self.outputs[i])
+        for n in self.host_nodes:  # (in graph order)
+            args_, kwargs = (torch.fx.node.map_aggregate(x, load) for x in (n.args, n.kwargs))
+            env[n] = n.target(*args_, **kwargs)
+        return [load(o) for o in self.outputs]
 
     def _symbol_values(self, args) -> dict:
         values = {}

@@ -624,12 +624,13 @@ def _in_cpu_words(op: OpOverload, args, kwargs, exc: Exception) -> Exception:
     Meta kernels check what the CPU kernels check, in their own words ("a and b must
     have same reduction dim" where the CPU, and CUDA, say "mat1 and mat2 shapes cannot
     be multiplied (2x3 and 2x3)"); users compare our errors with theirs."""
-    budget = [CPU_WORDS_LIMIT]
+    budget = CPU_WORDS_LIMIT
 
     def stand_in(t: torch.Tensor) -> torch.Tensor:
+        nonlocal budget
         span = 0 if 0 in t.shape else 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
-        budget[0] -= span
-        if budget[0] < 0:
+        budget -= span
+        if budget < 0:
             raise OverflowError  # (too big to stand in for: the Meta kernel's words)
         if t.device.type == "cpu":
             return t.detach().clone()
