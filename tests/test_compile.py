@@ -430,6 +430,18 @@ def test_hugging_face_inference_over_lengths_is_exact(name):
     assert d.get("dynamo_recompilations", 0) == 0
 
 
+def test_a_slice_that_cuts_the_end_of_a_padded_dim_is_exact():
+    # x[:, :-1] keeps all but the last true element: a padded program once took it for a
+    # static prefix and summed padding and the cut elements too (silently wrong)
+    def f(x):
+        return x[:, :-1].sum(1) + x[:, :-2].amax(1)
+
+    compiled = torch.compile(f, backend="pjrt", dynamic=True)
+    for t in (5, 6, 7, 9):  # buckets 8 and 16
+        x = torch.randn(3, t)
+        _close(compiled(x.to("pjrt")), f(x))
+
+
 def test_graphs_that_padding_could_change_fall_back_to_exact_sizes():
     f = torch.compile(lambda x: x.cumsum(1) * 2, backend="pjrt", dynamic=True)
     with torch.no_grad():

@@ -258,7 +258,7 @@ def _on_untagged_dim(t, n, call, args, kwargs, raw, key):
             and start in (0, None)
             and step == 1
             and isinstance(end, int)
-            and (end <= 2)
+            and 0 <= end <= 2
         ):
             return result, f[:dim] + (((result.shape[dim], None),),) + f[dim + 1 :]
         if name == "select" and isinstance(raw[2], int) and 0 <= raw[2] < 2:
