@@ -17,6 +17,10 @@ Rows:
 ``pjrt eager``            ``torch_pjrt.mode("eager")``, dynamic cache: one program per op
 ``pjrt fused``            ``torch_pjrt.mode("fused")``, dynamic cache: each decoding step's
                           ops recorded and run as one program when the next token is read
+``pjrt compiled dynamic`` the default dynamic cache, the forward replaced by
+                          ``torch.compile(model.forward, backend="pjrt")`` (as a user
+                          compiles a model for ``generate``): the growing cache's graph
+                          runs padded to buckets of its length, one program per bucket
 ``pjrt compiled static``  ``cache_implementation="static"``, the forward compiled with
                           ``torch.compile(backend="pjrt")`` (transformers' own compile
                           path, ``CompileConfig(backend="pjrt", mode=None)``), in the
@@ -144,6 +148,7 @@ def variants():
         ),
         "pjrt eager": ("pjrt", "eager", {}),
         "pjrt fused": ("pjrt", "fused", {}),
+        "pjrt compiled dynamic": ("pjrt", None, COMPILED_FORWARD),
         "pjrt compiled static": (
             "pjrt",
             None,  # (the default mode: generate()'s own ops recorded, as a user runs it)
@@ -162,6 +167,7 @@ def variants():
 
 
 CAPTURED = "captured"  # the row's extra: run_captured() rather than generate()
+COMPILED_FORWARD = "compiled forward"  # the row's extra: the forward compiled, no kwargs
 
 
 def run(name, device, mode, extra, base, ids, new_tokens: int, runs: int) -> dict:
@@ -170,6 +176,9 @@ def run(name, device, mode, extra, base, ids, new_tokens: int, runs: int) -> dic
     if extra == CAPTURED:
         with torch_pjrt.mode(mode), torch.no_grad():
             return run_captured(model, x, new_tokens, runs)
+    if extra == COMPILED_FORWARD:
+        model.forward = torch.compile(model.forward, backend="pjrt")
+        extra = {}
     kwargs = extra() if callable(extra) else extra
     context = torch_pjrt.mode(mode) if mode else _null()
     with context:

@@ -416,8 +416,8 @@ def test_inference_loop_over_lengths_compiles_once_per_bucket():
 
 @pytest.mark.parametrize("name", ["gpt2", "llama"])
 def test_hugging_face_inference_over_lengths_is_exact(name):
-    # NOTE: their attention-mask and cache code concatenates along the padded length,
-    # which has no padding rule yet: these graphs fall back to one program per length
+    # their cache's cat and attention mask run padded (cat and index rules; Llama's
+    # grouped-query heads merge into a dim padded like the query's): a program per bucket
     torch.manual_seed(0)
     model = _hf_models()[name]().eval().to("pjrt")
     compiled = torch.compile(model, backend="pjrt", dynamic=True)
@@ -428,6 +428,24 @@ def test_hugging_face_inference_over_lengths_is_exact(name):
             _close(compiled(input_ids=ids).logits, model(input_ids=ids).logits)
     d = torch_pjrt.metrics.as_dict()
     assert d.get("dynamo_recompilations", 0) == 0
+    assert not d.get("graph_bucket_fallbacks")
+    assert d["graph_compilations"] == 2  # lengths 5, 7, 6, 9: buckets 8 and 16
+
+
+def _attend(cache, q, new, mask, shift):
+    """One decoding step over a cache grown by ``cat`` (a dynamic KV cache): the new
+    position attends over every position the padding mask keeps, and positions are
+    counted from ``shift``, a length used as a tensor operand (``arange + past``)."""
+    cache = torch.cat([cache, new], dim=1)
+    n = cache.shape[1]
+    kept = mask[
+        torch.arange(mask.shape[0], device=mask.device)[:, None],
+        torch.arange(n, device=mask.device)[None, :],
+    ]
+    positions = torch.arange(n, device=cache.device) + shift.shape[0]
+    scores = (q @ cache.transpose(1, 2)) / 4 + positions.float()[None, None, :] / 100
+    scores = scores.masked_fill(~kept[:, None, :], float("-inf"))
+    return cache, scores.softmax(-1) @ cache
 
 
 def test_a_slice_that_cuts_the_end_of_a_padded_dim_is_exact():
@@ -440,6 +458,55 @@ def test_a_slice_that_cuts_the_end_of_a_padded_dim_is_exact():
     for t in (5, 6, 7, 9):  # buckets 8 and 16
         x = torch.randn(3, t)
         _close(compiled(x.to("pjrt")), f(x))
+    d = torch_pjrt.metrics.as_dict()
+    assert not d.get("graph_bucket_fallbacks") and d["graph_compilations"] == 2
+
+
+def test_a_cache_grown_by_cat_runs_one_program_per_bucket():
+    # each step's cache is the last step's output, a view of its padded result: the
+    # program takes that padded array as it is (no gather of the view per length)
+    torch.manual_seed(0)
+    compiled = torch.compile(_attend, backend="pjrt", dynamic=True)
+    cache = torch.randn(2, 3, 16)
+    mask = torch.ones(2, 40, dtype=torch.bool)
+    mask[1, :2] = False  # (left padding in the second row)
+    ours = cache.to("pjrt")
+    with torch.no_grad():
+        for step in range(14):  # cache lengths 3..16 before the cat, 4..17 after
+            q, new = torch.randn(2, 1, 16), torch.randn(2, 1, 16)
+            m, shift = mask[:, : cache.shape[1] + 1], torch.zeros(cache.shape[1])
+            cache, expected = _attend(cache, q, new, m, shift)
+            ours, out = compiled(ours, q.to("pjrt"), new.to("pjrt"), m.to("pjrt"), shift.to("pjrt"))
+            _close(out, expected, msg=f"step {step}")
+    d = torch_pjrt.metrics.as_dict()
+    _close(ours, cache)
+    assert not d.get("graph_bucket_fallbacks")
+    # programs are built for new buckets only (of the cache's length and the mask's),
+    # never for a new length: 9 for lengths 3..17, where one program per length made 28
+    causes = d["graph_compile_causes"]
+    assert all(
+        c.endswith(("first call", "padded sizes changed")) or "padded sizes" in c for c in causes
+    ), causes
+    assert d["graph_compilations"] <= 9, causes
+    assert not d.get("helper_compile_causes")
+
+
+def test_an_index_into_a_padded_table_is_checked_against_its_true_size():
+    def pick(mask, kv):
+        return mask[torch.arange(2, device=mask.device)[:, None], kv]
+
+    compiled = torch.compile(pick, backend="pjrt", dynamic=True)
+    for n in (5, 6, 7):  # bucket 8: the padding is past the true size
+        mask = torch.randn(2, n)
+        kv = torch.tensor([[0, -1, n - 1, -n]])
+        _close(compiled(mask.to("pjrt"), kv.to("pjrt")), pick(mask, kv))
+    assert not torch_pjrt.metrics.as_dict().get("graph_bucket_fallbacks")
+    mask, kv = torch.randn(2, 7), torch.tensor([[0, 7]])  # in the padding, out of range
+    with pytest.raises(IndexError) as cpu:
+        pick(mask, kv)
+    with pytest.raises(IndexError) as ours:
+        compiled(mask.to("pjrt"), kv.to("pjrt")).cpu()
+    assert str(ours.value) == str(cpu.value)
 
 
 def test_graphs_that_padding_could_change_fall_back_to_exact_sizes():

@@ -23,6 +23,7 @@ in ``padding_rules.py``.
 from __future__ import annotations
 
 import math
+import operator
 
 import jax
 import jax.numpy as jnp
@@ -150,6 +151,7 @@ class Plan:
         self.active = True
         self.merged: set = set()  # inputs with a merged dynamic dim (must arrive padded)
         self.derived: dict = {}  # input position -> sympy expression of other symbols
+        self.values: dict = {}  # input position -> a symbol only used as a value
 
     def padded_value(self, position: int, padded: dict) -> int:
         expr = self.derived[position]
@@ -207,7 +209,50 @@ def plan(program) -> Plan | None:
     result = Plan(symbols, tensor_dims)
     result.merged = merged
     result.derived = derived
+    result.values = {  # symbols that are only values: run-time values, not static
+        i: str(node.meta["val"].node.expr)
+        for i, node in enumerate(program.inputs)
+        if i not in symbols
+        and isinstance(node.meta.get("val"), torch.SymInt)
+        and node.meta["val"].node.expr.is_Symbol
+        and _only_a_value(node)
+    }
     return result
+
+
+# size arithmetic a symbol only used as a value may go through (padding_rules.sym_op)
+_VALUE_ARITHMETIC = {
+    operator.add, operator.sub, operator.mul, operator.floordiv,
+    torch.sym_sum, torch.sym_max, torch.sym_min,
+}  # fmt: skip
+
+
+def _only_a_value(node) -> bool:
+    """Whether a symbolic int is used only as a value: a tensor operand of ops (a
+    position offset: ``torch.arange(n) + past``), an output, or through size arithmetic
+    used so (never as a size, a shape or a bound: those need it static). Such a symbol
+    is passed to the program as a run-time value: a new value builds no new program
+    (a sliding-window cache's position, which grows by one each token)."""
+    for user in node.users:
+        if user.op == "output":
+            continue
+        if user.op != "call_function":
+            return False
+        if user.target in _VALUE_ARITHMETIC:
+            if not _only_a_value(user):
+                return False
+            continue
+        if not isinstance(user.target, torch._ops.OpOverload):
+            return False
+        schema = user.target._schema.arguments
+        given = list(zip(schema, user.args))
+        given += [(a, user.kwargs[a.name]) for a in schema if a.name in user.kwargs]
+        for a, value in given:
+            if value is node and str(a.type) != "Tensor":
+                return False
+            if isinstance(value, (list, tuple)) and any(v is node for v in value):
+                return False
+    return True
 
 
 class Padded:
@@ -255,13 +300,52 @@ def padded_of(t: torch.Tensor):
 
 
 def pad_input(array: jax.Array, dims, padded_sizes: dict) -> jax.Array:
-    widths = [(0, 0)] * array.ndim
-    for d, name in dims:
-        widths[d] = (0, padded_sizes[name] - array.shape[d])
-    if not any(w for _, w in widths):
+    """``array`` padded (or cut) along ``dims`` ((dim, symbol) pairs) to the symbols'
+    padded sizes: a true-size input padded, or a padded array its view was taken of
+    (:func:`prefix_array`) brought to this call's buckets (what it cuts is padding)."""
+    if all(array.shape[d] == padded_sizes[name] for d, name in dims):
         return array
+    along = dict(dims)
     with jax.enable_x64(True):
-        return jnp.pad(array, widths)
+        array = array[
+            tuple(
+                [
+                    slice(0, min(n, padded_sizes[along[d]])) if d in along else slice(None)
+                    for d, n in enumerate(array.shape)
+                ]
+            )
+        ]
+        widths = [(0, 0)] * array.ndim
+        for d, name in dims:
+            widths[d] = (0, padded_sizes[name] - array.shape[d])
+        return jnp.pad(array, widths) if any(w for _, w in widths) else array
+
+
+def prefix_array(t: torch.Tensor, dims) -> jax.Array | None:
+    """The array of t's storage when t is a prefix of it along ``dims`` and all of it
+    along the others (a padded program's output, seen with its true sizes: a dynamic
+    KV cache handed back to the next step), else None: the program takes that array
+    and cuts or pads it itself (no gather of the view, compiled for each length)."""
+    from torch_pjrt.device.tensor import _contiguous_strides, storage_cell
+
+    if t.is_cpu or t.storage_offset() or t.is_conj() or t.is_neg():
+        return None
+    if getattr(t, "_pjrt_padded", None) is not None:
+        return None
+    cell = storage_cell(t.untyped_storage())
+    if cell is None or cell.dtype != t.dtype:
+        return None
+    a = cell.array
+    if a is None or a.ndim != t.ndim or tuple(t.shape) == a.shape:
+        return None
+    along = {d for d, _ in dims}
+    for d, (n, m) in enumerate(zip(t.shape, a.shape)):
+        if n > m or (n != m and d not in along):
+            return None
+    strides = _contiguous_strides(a.shape)
+    if any(st != want for st, want, n in zip(t.stride(), strides, t.shape) if n > 1):
+        return None
+    return a
 
 
 def saved(array: jax.Array, factors, true: dict, index: int) -> torch.Tensor:

@@ -62,6 +62,7 @@ _PYTHON_OPS = {
     torch.sym_max,
     torch.sym_min,
     torch.sym_not,
+    torch.sym_sum,
 }
 
 

@@ -41,6 +41,9 @@ class PaddedProgram:
             contents=lambda key: [str(n.target) for n in graph.calls],
         )  # fmt: skip
         self.records: dict = {}  # key -> the static outputs its trace recorded
+        # the tags of computed sizes (PaddedTrace.derive): tag -> (constant, tags summed),
+        # in the order they were made (each after those it sums)
+        self.derived: dict = {}
 
     def _evaluate(self, values, lengths, rng, record, input_factors):
         """Like ``GraphProgram._evaluate``, on values padded to buckets, tracking the
@@ -61,7 +64,7 @@ class PaddedProgram:
 
         def load(a):
             v = env[a] if isinstance(a, torch.fx.Node) else a
-            return v.padded if isinstance(v, buckets.Sym) else v
+            return v.padded if isinstance(v, buckets.Sym) else v  # (a value's: None)
 
         free = self.graph.free_nodes
         for n in self.graph.body:
@@ -83,7 +86,7 @@ class PaddedProgram:
             if call is None:  # size arithmetic
                 flat = list(padding_rules._flat(raw_args))
                 if any(isinstance(a, buckets.Sym) for a in flat):
-                    env[n] = padding_rules.sym_op(n.target, raw_args)
+                    env[n] = padding_rules.sym_op(n.target, raw_args, trace, n)
                 else:
                     env[n] = n.target(*raw_args, **torch.fx.node.map_aggregate(n.kwargs, raw))
                 continue
@@ -96,6 +99,8 @@ class PaddedProgram:
                 continue
             key = next_key() if call.random else None
             env[n], trace.fac[n] = trace.run_node(n, call, args, kwargs, raw_args, key)
+        for name, (_, const, tags) in trace.derived.items():
+            self.derived.setdefault(name, (const, tags))
         outs = []
         for i, o in enumerate(self.graph.outputs):
             v = env[o] if isinstance(o, torch.fx.Node) else o
@@ -107,8 +112,11 @@ class PaddedProgram:
                 outs.append(None)
             elif isinstance(v, buckets.Sym):
                 if v.factors is None:
-                    raise buckets.NotBucketable("a computed size is an output")
-                record[i] = ("size", v.factors)
+                    if o not in self.graph.inputs and o not in self.graph.host_nodes:
+                        raise buckets.NotBucketable("a computed size is an output")
+                    record[i] = FREE  # (arithmetic on ints: computed on the host)
+                else:
+                    record[i] = ("size", v.factors)
                 outs.append(None)
             elif v is not None:
                 raise buckets.NotBucketable("a value is an output")
@@ -123,30 +131,44 @@ class PaddedProgram:
         given = args
         true = {name: int(args[i]) for i, name in plan.symbols.items()}
         padded = {name: buckets.bucket(v) for name, v in true.items()}
+        # (the lengths vector: the symbols' true sizes, the derived inputs', the values')
         derived_true = [int(args[i]) for i in sorted(plan.derived)]
+        derived_true += [int(args[i]) for i in sorted(plan.values)]
         args = list(args)
+        for i in plan.values:  # (run-time values: not static arguments)
+            args[i] = 0
         for i, name in plan.symbols.items():
             args[i] = padded[name]
         for i in plan.derived:
             args[i] = plan.padded_value(i, padded)
-        _, arrays, statics, index, kinds, _ = self.graph.arguments(args)
+        # (a view of a padded output, the last step's KV cache: its padded array as it is)
+        stored = {}
+        for i, dims in plan.tensor_dims.items():
+            if i not in plan.merged and isinstance(args[i], torch.Tensor):
+                a = buckets.prefix_array(args[i], dims)
+                if a is not None:
+                    stored[i] = a
+        _, arrays, statics, index, kinds, _ = self.graph.arguments(args, stored)
         positions = [i for i, k in enumerate(kinds) if k == "a"]
         input_factors = []
         for j, i in enumerate(positions):
             arrived = buckets.padded_of(args[i])
             if arrived is not None:  # a saved activation, still padded
-                if arrived.true != true:
+                if any(arrived.true.get(name) != v for name, v in true.items()):
                     raise buckets.NotBucketable("an input padded for other sizes")
+                if any(t is not None and t not in true for d in arrived.factors for _, t in d):
+                    raise buckets.NotBucketable("an input padded by a computed size")
                 arrays[j] = arrived.array
                 input_factors.append((i, arrived.factors))
             elif i in plan.merged:
                 raise buckets.NotBucketable("an input with a merged dynamic size")
-            elif i in plan.tensor_dims:
+            elif i in plan.tensor_dims and i not in stored:
                 arrays[j] = buckets.pad_input(arrays[j], plan.tensor_dims[i], padded)
         input_factors = tuple(input_factors)
         avals = tuple([a.aval for a in arrays])
         precision = torch.get_float32_matmul_precision()
-        key = ("padded", statics, kinds, avals, input_factors, precision)
+        sizes = tuple([padded[name] for name in plan.names])  # (stored arrays' shapes vary)
+        key = ("padded", statics, kinds, avals, input_factors, precision, sizes)
         program = self.program
         rng = pjrt_random.next_key_parts(index) if self.graph.random_nodes else (0, 0)
         lengths = jnp.asarray([true[name] for name in plan.names] + derived_true, jnp.int32)
@@ -154,6 +176,8 @@ class PaddedProgram:
         if key not in program.cache and self.graph.dumper is not None and self.graph.dumper.active:
             self.graph.dumper.write(self.graph, program.lower(key, arrays, lengths, rng))
         outs = program(key, arrays, lengths, rng)
+        for name, (const, tags) in self.derived.items():  # (the computed sizes' tags)
+            true[name] = const + sum([true[t] for t in tags])
         record = self.records[key]
         results = []
         n_user = len(outs) if self.graph.n_user_outputs is None else self.graph.n_user_outputs
@@ -175,12 +199,13 @@ class PaddedProgram:
         return results
 
     def _build(self, key):
-        statics, kinds, input_factors = key[1], key[2], key[4]
+        statics, kinds, input_factors, sizes = key[1], key[2], key[4], key[6]
         plan = self.plan
         record: dict = {}
         names = plan.names
 
         derived = {i: len(names) + k for k, i in enumerate(sorted(plan.derived))}
+        only_values = {i: len(names) + len(derived) + k for k, i in enumerate(sorted(plan.values))}
 
         def run(arrays, lengths_vec, rng):
             metrics.count("compile_traces")
@@ -199,7 +224,13 @@ class PaddedProgram:
                     value = buckets.Sym(value, lengths[name], ((value, name),))
                 elif i in derived:
                     value = buckets.Sym(value, lengths_vec[derived[i]], None)
+                elif i in only_values:  # (no padded value: a size it is not)
+                    value = buckets.Sym(None, lengths_vec[only_values[i]], None)
                 values.append(value)
+            padded = dict(zip(names, sizes))
+            for i, dims in plan.tensor_dims.items():  # (stored arrays cut or padded here)
+                if kinds[i] == "a" and i not in dict(input_factors):
+                    values[i] = buckets.pad_input(values[i], dims, padded)
             return self._evaluate(values, lengths, rng, record, input_factors)
 
         run.__name__ = run.__qualname__ = self.graph.name
@@ -210,9 +241,10 @@ class PaddedProgram:
 def _describe(key, traced) -> list:
     """What a padded graph program was compiled for: the bucket sizes show in its
     inputs' shapes."""
-    _, statics, kinds, avals, input_factors, precision = key
+    _, statics, kinds, avals, input_factors, precision, sizes = key
     return [
         ("float32 matmul precision", precision),
+        ("padded sizes", sizes),
         ("argument kinds", kinds),
         ("static arguments", statics),
         ("padding of saved activations", input_factors),

@@ -8,8 +8,10 @@ from __future__ import annotations
 import math
 import operator
 
+import jax.numpy as jnp
 import torch
 import torch.fx
+from jax import lax
 from torch._ops import OpOverload
 
 from torch_pjrt.compile.buckets import (
@@ -22,12 +24,32 @@ from torch_pjrt.compile.buckets import (
     _true_count,
     _untagged,
 )
+from torch_pjrt.runtime import asserts
 
 # --- rules: how an op treats padding ----------------------------------------------------
 
 
 def _wrap(d, ndim):
     return d % ndim if ndim and d < 0 else d
+
+
+def _canonical(dim) -> tuple:
+    """A dimension's factors with adjacent unpadded ones multiplied together: the same
+    elements whether a merged (batch * heads) dim was made as 2 x 4 or 2 x 2 x 2 (a
+    grouped-query expansion)."""
+    out: list = []
+    for n, t in dim:
+        if n == 1 and t is None:
+            continue
+        if t is None and out and out[-1][1] is None:
+            out[-1] = (out[-1][0] * n, None)
+        else:
+            out.append((n, t))
+    return tuple(out)
+
+
+def _same_padding(a, b) -> bool:
+    return a == b or _canonical(a) == _canonical(b)
 
 
 def _broadcast(facs, shape):
@@ -42,7 +64,7 @@ def _broadcast(facs, shape):
             k = d - (ndim - len(f))
             if k < 0 or not _tagged(f[k]):
                 continue
-            if found is not None and found != f[k]:
+            if found is not None and not _same_padding(found, f[k]):
                 raise NotBucketable("operands padded differently")
             found = f[k]
         out.append(found if found is not None else ((shape[d], None),))
@@ -85,8 +107,33 @@ class PaddedTrace:
 
     def __init__(self, program, lengths):
         self.program = program
-        self.lengths = lengths
+        self.lengths = lengths  # tag -> its true size (traced), the derived tags' added
         self.fac: dict = {}
+        # the tags of sizes computed from the symbols (a KV cache's ``s0 + 1``, made by
+        # ``cat`` and size arithmetic): tag -> (padded size, constant, tags summed)
+        self.derived: dict = {}
+
+    def derive(self, size, padded: int, parts) -> str:
+        """The tag of a size computed from the symbols (``size``: its SymInt in the
+        graph's metadata), the sum of ``parts`` (true sizes: ints, or tags), padded to
+        ``padded``; its true size is added to ``lengths``. A tag is named by its sympy
+        expression, so a cat's length and the size arithmetic that computes the same
+        length agree (their padded sizes are the same sums)."""
+        if not isinstance(size, torch.SymInt) or size.node.expr.is_number:
+            raise NotBucketable("a computed size Dynamo did not record")
+        name = str(size.node.expr)
+        const = sum(p for p in parts if isinstance(p, int))
+        tags = tuple(p for p in parts if not isinstance(p, int))
+        known = self.derived.get(name)
+        if known is not None and known[0] != padded or known is None and name in self.lengths:
+            raise NotBucketable(f"the size {name} padded two ways")
+        if known is None:
+            self.derived[name] = (padded, const, tags)
+            true = const
+            for tag in tags:
+                true = true + self.lengths[tag]
+            self.lengths[name] = true
+        return name
 
     def run_node(self, n, call, args, kwargs, raw_args, key):
         """The value of node n and its factors."""
@@ -99,7 +146,7 @@ class PaddedTrace:
             result = call(args, kwargs, key)
             return result, _facs_of_result(result)
         if syms:
-            _check_sizes_only(op, raw_args)
+            args = _sizes_as_values(op, raw_args, args)
         rule = _RULES.get(name)
         if rule is None:
             if torch.Tag.pointwise in op.tags or name in _POINTWISE_EXTRA:
@@ -117,19 +164,28 @@ class PaddedTrace:
         return _untagged(getattr(value, "shape", ()))
 
 
-def _check_sizes_only(op: OpOverload, raw_args) -> None:
-    """A padded size may only be used as a size: as a value (a fill value, a divisor)
-    its padded value would be wrong."""
+def _sizes_as_values(op: OpOverload, raw_args, args):
+    """A padded size may be used as a size (its padded value); used as a tensor
+    operand (``torch.arange(n) + past_length``, a position offset) it is its true size,
+    traced; used as any other value (a fill value, a divisor) its padded value would be
+    wrong."""
     schema = op._schema.arguments
-    for a, value in zip(schema, raw_args):
+    args = list(args)
+    for k, (a, value) in enumerate(zip(schema, raw_args)):
         if not any(isinstance(v, Sym) for v in _flat(value)):
             continue
         kind = str(a.type)  # SymInt and SymInt[] print as int and List[int]
+        if kind == "Tensor" and isinstance(value, Sym):
+            args[k] = jnp.asarray(value.true).astype(jnp.int64)
+            continue
+        if any(isinstance(v, Sym) and v.padded is None for v in _flat(value)):
+            raise NotBucketable(f"a run-time value used as a size by {op}")
         if "int" in kind and not any(w in kind for w in ("number", "float", "Scalar")):
             continue
         if _name(op) == "arange":  # its Scalar bounds are its size (the arange rule)
             continue
         raise NotBucketable(f"a dynamic size used as a value by {op}")
+    return tuple(args)
 
 
 def _flat(x):
@@ -225,7 +281,7 @@ def _squeeze(t, n, call, args, kwargs, raw, key):
 
 
 def _on_untagged_dim(t, n, call, args, kwargs, raw, key):
-    """Ops that work along one dimension (split, select, cat...): it must not be padded."""
+    """Ops that work along one dimension (split, select, slice...): it must not be padded."""
     result = call(args, kwargs, key)
     first = args[0][0] if isinstance(args[0], (list, tuple)) else args[0]
     first_node = n.args[0][0] if isinstance(n.args[0], (list, tuple)) else n.args[0]
@@ -263,25 +319,15 @@ def _on_untagged_dim(t, n, call, args, kwargs, raw, key):
             return result, f[:dim] + (((result.shape[dim], None),),) + f[dim + 1 :]
         if name == "select" and isinstance(raw[2], int) and 0 <= raw[2] < 2:
             return result, f[:dim] + f[dim + 1 :]
+        if name == "slice" and start in (0, None) and step == 1 and isinstance(end, int):
+            if end < 0:  # x[..., :-1] (gpt-oss drops its attention sink's column)
+                # the last elements of the valid prefix are cut; what follows is padding
+                val = n.meta.get("val")
+                size = val.shape[dim] if isinstance(val, torch.Tensor) else None
+                tag = t.derive(size, result.shape[dim], [f[dim][0][1], end])
+                return result, f[:dim] + (((result.shape[dim], tag),),) + f[dim + 1 :]
     if _tagged(f[dim]):
         raise NotBucketable(f"{name} along a padded dimension")
-    if name == "cat":
-        facs = [t.f(a, v) for a, v in zip(n.args[0], args[0])]
-        if any(len(g) > dim and _tagged(g[dim]) for g in facs):
-            nonempty = [g for g, v in zip(facs, args[0]) if v.ndim > dim and v.shape[dim]]
-            if len(nonempty) != 1:
-                raise NotBucketable("cat along a padded dimension")
-            # an empty cache then the new keys: the result is the one padded piece
-            return result, _broadcast([nonempty[0]], result.shape)
-        shape = result.shape
-        out = _broadcast(
-            [
-                tuple(x if i != dim else ((shape[dim], None),) for i, x in enumerate(g))
-                for g in facs
-            ],
-            shape,
-        )
-        return result, out
     if name == "select":
         return result, f[:dim] + f[dim + 1 :]
     if name == "unbind":
@@ -289,6 +335,61 @@ def _on_untagged_dim(t, n, call, args, kwargs, raw, key):
     pieces = result if isinstance(result, (list, tuple)) else [result]
     out = [f[:dim] + (((p.shape[dim], None),),) + f[dim + 1 :] for p in pieces]
     return result, (type(result)(out) if isinstance(result, (list, tuple)) else out[0])
+
+
+def _cat(t, n, call, args, kwargs, raw, key):
+    """cat. Along an unpadded dimension padding stays where it was. Along a padded one
+    (a dynamic cache's ``cat([keys, new], -2)``) the pieces are written one after the
+    other at their true lengths, so the valid elements are a prefix again and the
+    pieces' padding all comes at the end: the result is padded by their padding
+    together, under a tag of its own (``s0 + 1``, :meth:`PaddedTrace.derive`)."""
+    result = call(args, kwargs, key)
+    pieces, nodes = args[0], n.args[0]
+    dim = _wrap(args[1] if len(args) > 1 else kwargs.get("dim", 0), result.ndim)
+    # (a 1-d empty piece is skipped by cat whatever the other pieces' shapes)
+    kept = [(t.f(a, v), v) for a, v in zip(nodes, pieces) if not (v.ndim == 1 and v.shape[0] == 0)]
+    along = [g[dim] for g, _ in kept]
+    others = [
+        tuple(x if i != dim else ((result.shape[dim], None),) for i, x in enumerate(g))
+        for g, _ in kept
+    ]
+    out = list(_broadcast(others, result.shape))
+    if not any(_tagged(d) for d in along):
+        return result, tuple(out)
+    nonempty = [(g, v) for g, v in kept if v.shape[dim]]
+    if len(nonempty) == 1:  # an empty cache then the new keys: the one padded piece
+        return result, _broadcast([nonempty[0][0]], result.shape)
+    if any(len(d) > 1 for d in along if _tagged(d)):
+        raise NotBucketable("cat along a padded dimension merged with another")
+    value = jnp.zeros(result.shape, result.dtype)
+    at, parts = 0, []
+    for d, (_, v) in zip(along, kept):
+        if not v.shape[dim]:
+            continue
+        value = lax.dynamic_update_slice_in_dim(value, v.astype(result.dtype), at, dim)
+        ((size, tag),) = d if len(d) == 1 else (((v.shape[dim], None),))
+        parts.append(size if tag is None else tag)
+        at = at + (size if tag is None else t.lengths[tag])
+    val = n.meta.get("val")
+    size = val.shape[dim] if isinstance(val, torch.Tensor) else None
+    out[dim] = ((result.shape[dim], t.derive(size, result.shape[dim], parts)),)
+    return value, tuple(out)
+
+
+def _scatter_into(t, n, call, args, kwargs, raw, key):
+    """slice_scatter / select_scatter along an unpadded dimension (``x[..., :8] = y``
+    lowered functionally): the padding of both stays where it was."""
+    result = call(args, kwargs, key)
+    f = t.f(n.args[0], args[0])
+    dim = _wrap(args[2] if len(args) > 2 else kwargs.get("dim", 0), len(f))
+    if _tagged(f[dim]):
+        raise NotBucketable(f"{_name(n.target)} along a padded dimension")
+    fs = list(t.f(n.args[1], args[1]))
+    if _name(n.target) == "select_scatter":
+        fs.insert(dim, f[dim])
+    else:
+        fs[dim] = f[dim]
+    return result, _broadcast([f, tuple(fs)], result.shape)
 
 
 def _reduction(t, n, call, args, kwargs, raw, key):
@@ -328,7 +429,7 @@ def _matmul(t, n, call, args, kwargs, raw, key):
     a_pos, b_pos = (1, 2) if name in ("addmm", "baddbmm") else (0, 1)
     fa, fb = t.f(n.args[a_pos], args[a_pos]), t.f(n.args[b_pos], args[b_pos])
     if _tagged(fa[-1]) or _tagged(fb[-2]):
-        if fa[-1] != fb[-2]:
+        if not _same_padding(fa[-1], fb[-2]):
             raise NotBucketable("a product of differently padded operands")
         args = list(args)
         args[a_pos] = _fill(args[a_pos], fa, t.lengths, 0)
@@ -383,6 +484,38 @@ def _gather_rows(t, n, call, args, kwargs, raw, key):
     return result, tuple(fi) + rest
 
 
+def _index(t, n, call, args, kwargs, raw, key):
+    """``table[i, j, ...]`` with integer index tensors for its leading dims (a padding
+    mask read at a cache's positions). Into a table padded along an indexed dim, an
+    index is checked against the dim's true size (CPU's error, not the padding read)
+    and a negative one counts from it; padded index positions read index 0."""
+    table, indices = args[0], args[1]
+    if len(indices) == 1 and indices[0] is not None and not _any_tagged(t.f(n.args[0], table)):
+        return _gather_rows(t, n, call, args, kwargs, raw, key)
+    if any(i is None or i.dtype == jnp.bool_ for i in indices):
+        raise NotBucketable("index with a slice or a mask between its index tensors")
+    ft = t.f(n.args[0], table)
+    facs, safe = [], []
+    for d, (node, i) in enumerate(zip(n.args[1], indices)):
+        fi = t.f(node, i)
+        i = _fill(i, fi, t.lengths, 0)
+        if _tagged(ft[d]):
+            if len(ft[d]) > 1:
+                raise NotBucketable("index into a merged padded dimension")
+            ((size, tag),) = ft[d]
+            true = t.lengths[tag]
+            ok = (i < true) & (i >= -true)
+            message = "index {} is out of bounds for dimension {} with size {}"
+            asserts.check(ok, IndexError, message, asserts.first_bad(i, ok), d, true)
+            i = jnp.where(ok, jnp.where(i < 0, i + true, i), 0).astype(i.dtype)
+        facs.append(fi)
+        safe.append(i)
+    result = call((table, safe) + tuple(args[2:]), kwargs, key)
+    k = len(indices)
+    lead = result.ndim - (table.ndim - k)
+    return result, _broadcast(facs, result.shape[:lead]) + tuple(ft[k:])
+
+
 def _factory(t, n, call, args, kwargs, raw, key):
     """ones/zeros/full/empty/arange with symbolic sizes: tag those dimensions."""
     result = call(args, kwargs, key)
@@ -395,7 +528,7 @@ def _factory(t, n, call, args, kwargs, raw, key):
     elif name.endswith("_like"):
         return result, t.f(n.args[0], args[0])
     else:
-        sizes = raw[0]
+        sizes = raw[1] if name.startswith("new_") else raw[0]
     out = []
     for d, s in enumerate(sizes):
         if isinstance(s, Sym):
@@ -474,8 +607,11 @@ _RULES = {
     "squeeze": _squeeze,
     **{
         k: _on_untagged_dim
-        for k in ("split", "split_with_sizes", "select", "slice", "narrow", "cat", "unbind")
+        for k in ("split", "split_with_sizes", "select", "slice", "narrow", "unbind")
     },
+    "cat": _cat,
+    "slice_scatter": _scatter_into,
+    "select_scatter": _scatter_into,
     **{k: _reduction for k in _IDENTITY},
     "_softmax": _softmax,
     "_log_softmax": _softmax,
@@ -488,7 +624,8 @@ _RULES = {
     "embedding_dense_backward": _embedding_backward,
     "_softmax_backward_data": _softmax_backward,
     "_log_softmax_backward_data": _softmax_backward,
-    **{k: _gather_rows for k in ("embedding", "index_select", "index")},
+    **{k: _gather_rows for k in ("embedding", "index_select")},
+    "index": _index,
     **{
         k: _factory
         for k in (
@@ -501,6 +638,10 @@ _RULES = {
             "ones_like",
             "empty_like",
             "full_like",
+            "new_empty",
+            "new_zeros",
+            "new_ones",
+            "new_full",
         )
     },
 }
@@ -508,12 +649,29 @@ _RULES = {
 _SYM_OPS = {operator.mul, operator.add, operator.sub, operator.floordiv}
 
 
-def sym_op(target, args):
-    """Size arithmetic on symbolic sizes: padded and true values side by side."""
+def sym_op(target, args, trace=None, node=None):
+    """Size arithmetic on symbolic sizes: padded and true values side by side. A sum of
+    padded sizes and ints (``past_length + 1``) is a size padded by the sum of their
+    padding, under the tag ``cat`` gives the same length (:meth:`PaddedTrace.derive`)."""
+    if target is torch.sym_sum:  # (Dynamo's sum of several sizes: one list)
+        target, args = operator.add, list(args[0])
+    if any(isinstance(a, Sym) and a.padded is None for a in args):
+        # a run-time value (buckets._only_a_value): its true value alone
+        trues = [a.true if isinstance(a, Sym) else a for a in args]
+        if target in (torch.sym_max, torch.sym_min):
+            pick = jnp.maximum if target is torch.sym_max else jnp.minimum
+            return Sym(None, pick(*trues), None)
+        if target not in _SYM_OPS:
+            raise NotBucketable(f"size arithmetic {target.__name__}")
+        return Sym(None, sum(trues) if target is operator.add else target(*trues), None)
     if target not in _SYM_OPS:
         raise NotBucketable(f"size arithmetic {target.__name__}")
-    padded = target(*(a.padded if isinstance(a, Sym) else a for a in args))
-    true = target(*(a.true if isinstance(a, Sym) else a for a in args))
+    if target is operator.add:
+        padded = sum([a.padded if isinstance(a, Sym) else a for a in args])
+        true = sum([a.true if isinstance(a, Sym) else a for a in args])
+    else:
+        padded = target(*(a.padded if isinstance(a, Sym) else a for a in args))
+        true = target(*(a.true if isinstance(a, Sym) else a for a in args))
     factors = None
     if target is operator.mul:
         factors = ()
@@ -525,4 +683,16 @@ def sym_op(target, args):
             else:
                 factors = None
                 break
+    elif target is operator.add and trace is not None:
+        parts = []
+        for a in args:
+            if isinstance(a, int):
+                parts.append(a)
+            elif a.factors is not None and len(a.factors) == 1 and a.factors[0][1] is not None:
+                parts.append(a.factors[0][1])
+            else:
+                parts = None
+                break
+        if parts is not None:
+            factors = ((padded, trace.derive(node.meta.get("val"), padded, parts)),)
     return Sym(padded, true, factors)

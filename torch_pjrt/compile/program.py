@@ -248,15 +248,19 @@ class GraphProgram:
 
     # --- calling --------------------------------------------------------------------
 
-    def arguments(self, args):
+    def arguments(self, args, given=None):
         """(donated arrays, other arrays, statics, device index, kinds, cells) of a call;
-        cells maps a donated argument's position to its storage cell."""
+        cells maps a donated argument's position to its storage cell. ``given``: position
+        -> the array to pass for that tensor argument instead of its value."""
         index = device_of(args)
         values, candidates = [], {}
         mutated = self.mutated
         for i, a in enumerate(args):
             if not isinstance(a, torch.Tensor):
                 values.append(static(a))
+                continue
+            if given and i in given:
+                values.append(given[i])
                 continue
             if a.is_cpu:
                 metrics.count("transfers_to_device")
