@@ -462,6 +462,20 @@ def test_a_slice_that_cuts_the_end_of_a_padded_dim_is_exact():
     assert not d.get("graph_bucket_fallbacks") and d["graph_compilations"] == 2
 
 
+def test_a_padded_size_used_as_an_argument_that_is_not_a_size_stays_exact():
+    # tril's diagonal computed from a padded length: its padded value (bucket - 4) was
+    # passed, silently wrong; such a graph now runs at its exact sizes
+    def f(x):
+        return torch.tril(x, x.shape[1] - 4) * 2
+
+    compiled = torch.compile(f, backend="pjrt", dynamic=True)
+    for t in (5, 6, 7):  # bucket 8
+        x = torch.randn(6, t)
+        _close(compiled(x.to("pjrt")), f(x))
+    (reason,) = torch_pjrt.metrics.as_dict()["graph_bucket_fallbacks"]
+    assert "diagonal" in reason
+
+
 def test_a_cache_grown_by_cat_runs_one_program_per_bucket():
     # each step's cache is the last step's output, a view of its padded result: the
     # program takes that padded array as it is (no gather of the view per length)

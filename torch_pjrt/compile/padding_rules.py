@@ -164,27 +164,36 @@ class PaddedTrace:
         return _untagged(getattr(value, "shape", ()))
 
 
+# the arguments where a padded size may stand as a size (its padded value): shapes, and
+# the end of a slice from 0 (the slice rule); anywhere else (a slice's start, a select's
+# index, tril's diagonal, a split's sizes) the padded value would be silently wrong
+_SIZE_ARGS = {
+    **{k: ("size",) for k in ("view", "_unsafe_view", "expand", "zeros", "ones", "full")},
+    **{k: ("size",) for k in ("empty", "new_empty", "new_zeros", "new_ones", "new_full")},
+    "reshape": ("shape",),
+    "_reshape_alias": ("size", "stride"),
+    "slice": ("end",),
+    "arange": ("start", "end"),  # (its bounds are its size: the arange rule)
+}
+
+
 def _sizes_as_values(op: OpOverload, raw_args, args):
-    """A padded size may be used as a size (its padded value); used as a tensor
-    operand (``torch.arange(n) + past_length``, a position offset) it is its true size,
-    traced; used as any other value (a fill value, a divisor) its padded value would be
-    wrong."""
+    """A padded size may be used as a size (its padded value, ``_SIZE_ARGS``); used as
+    a tensor operand (``torch.arange(n) + past_length``, a position offset) it is its
+    true size, traced; used as any other value its padded value would be wrong."""
     schema = op._schema.arguments
     args = list(args)
+    sizes = _SIZE_ARGS.get(_name(op), ())
     for k, (a, value) in enumerate(zip(schema, raw_args)):
         if not any(isinstance(v, Sym) for v in _flat(value)):
             continue
-        kind = str(a.type)  # SymInt and SymInt[] print as int and List[int]
-        if kind == "Tensor" and isinstance(value, Sym):
+        if str(a.type) == "Tensor" and isinstance(value, Sym):
             args[k] = jnp.asarray(value.true).astype(jnp.int64)
             continue
         if any(isinstance(v, Sym) and v.padded is None for v in _flat(value)):
             raise NotBucketable(f"a run-time value used as a size by {op}")
-        if "int" in kind and not any(w in kind for w in ("number", "float", "Scalar")):
-            continue
-        if _name(op) == "arange":  # its Scalar bounds are its size (the arange rule)
-            continue
-        raise NotBucketable(f"a dynamic size used as a value by {op}")
+        if a.name not in sizes:
+            raise NotBucketable(f"a dynamic size used as {a.name} by {op}")
     return tuple(args)
 
 
@@ -297,7 +306,9 @@ def _on_untagged_dim(t, n, call, args, kwargs, raw, key):
         # x[:, :n] with a symbolic n (a buffer of positions cut to the sequence length)
         start, end = (list(raw[2:4]) + [None, None])[:2]
         step = raw[4] if len(raw) > 4 else 1
-        if isinstance(end, Sym) and start in (0, None) and step == 1:
+        if isinstance(end, Sym):
+            if start not in (0, None) or step != 1:
+                raise NotBucketable("a slice to a symbolic size from a start")
             if end.factors is None or result.shape[dim] != end.padded:
                 raise NotBucketable("slice to a symbolic size past the end")
             return result, f[:dim] + (end.factors,) + f[dim + 1 :]
