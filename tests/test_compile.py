@@ -476,6 +476,36 @@ def test_a_padded_size_used_as_an_argument_that_is_not_a_size_stays_exact():
     assert "diagonal" in reason
 
 
+class _WithClassToken(nn.Module):
+    """A learned token put before the sequence (``cat`` along the padded length),
+    attention over the whole, a loss over every position."""
+
+    def __init__(self):
+        super().__init__()
+        self.cls = nn.Parameter(torch.randn(1, 1, 8))
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.proj(torch.cat([self.cls.expand(x.shape[0], 1, 8), x], 1))
+        return ((h @ h.transpose(1, 2)).softmax(-1) @ h).pow(2).sum() + h.mean()
+
+
+def test_training_through_a_cat_along_the_padded_length_matches_eager():
+    # the forward runs padded (its saved activations keep the cat's padding, in a merged
+    # (batch * length) dim); the backward got them at their padded shape and crashed
+    torch.manual_seed(0)
+    model = _WithClassToken()
+    ours = copy.deepcopy(model).to("pjrt")
+    compiled = torch.compile(ours, backend="pjrt", dynamic=True)
+    for t in (5, 6, 7, 9):
+        x = torch.randn(2, t, 8)
+        model(x).backward()
+        compiled(x.to("pjrt")).backward()
+        for (name, a), b in zip(model.named_parameters(), ours.parameters()):
+            _close(b.grad, a.grad, rtol=1e-5, atol=1e-5, msg=name)
+    assert torch_pjrt.metrics.as_dict()["graph_forward_compilations"] == 2  # buckets 8, 16
+
+
 def test_a_cache_grown_by_cat_runs_one_program_per_bucket():
     # each step's cache is the last step's output, a view of its padded result: the
     # program takes that padded array as it is (no gather of the view per length)

@@ -268,12 +268,15 @@ class GraphProgram:
                 continue
             if a.get_device() != index:  # (not CPU: a pjrt tensor, as Dynamo traced it)
                 raise same_device_error(f"pjrt:{index}", a.device)
+            padded = getattr(a, "_pjrt_padded", None)
+            if padded is not None and tuple(a.shape) != padded.true_shape:
+                # a saved activation that stayed padded (a merged padded dim: its tensor
+                # has the padded shape), for a backward that runs at exact sizes
+                values.append(buckets.compact(padded))
+                continue
             value = whole(a)
             if value is None:
                 value = argument(a)
-                padded = getattr(a, "_pjrt_padded", None)
-                if padded is not None and tuple(a.shape) != padded.true_shape:
-                    value = buckets.compact(padded)  # stayed padded: drop the padding
             elif i in mutated and self.group_name is None:
                 cell = cell_of(a)
                 if cell.owned and cell.dtype == a.dtype:  # (the storage's own array)
