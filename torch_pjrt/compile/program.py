@@ -259,7 +259,7 @@ class GraphProgram:
             if not isinstance(a, torch.Tensor):
                 values.append(static(a))
                 continue
-            if given and i in given:
+            if given and i in given and a.get_device() == index:
                 values.append(given[i])
                 continue
             if a.is_cpu:
