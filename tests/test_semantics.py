@@ -10,6 +10,7 @@ import re
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import torch_pjrt
 
@@ -285,6 +286,30 @@ def test_softmax_of_rows_masked_out_entirely_is_zero():
     assert torch.equal(got[0][0, :, 1], torch.zeros(2, 8))
     for e, g in zip(expected, got):
         torch.testing.assert_close(g, e)
+
+
+@pytest.mark.parametrize("mode", ["eager", "fused"])
+def test_an_ignored_target_adds_nothing_whatever_its_row_holds(mode):
+    """nll_loss and cross_entropy skip the rows of ignored targets: a row of NaN or a
+    -inf logit there (a masked vocabulary) leaves the loss and the gradients finite, as
+    on the CPU (it gave NaN: -inf times a zero weight)."""
+
+    def losses(device):
+        x = torch.randn(4, 5, generator=torch.Generator().manual_seed(0))
+        x[1] = float("nan")
+        x[2, 0] = float("-inf")
+        x = x.to(device).requires_grad_()
+        target = torch.tensor([3, -100, -100, 1], device=device)
+        out = [F.nll_loss(x, target, reduction=r) for r in ("mean", "sum", "none")]
+        ce = F.cross_entropy(x, target)
+        ce.backward()
+        return [t.detach().cpu() for t in (*out, ce, x.grad)]
+
+    expected = losses("cpu")
+    with torch_pjrt.mode(mode):
+        got = losses("pjrt")
+    for e, g in zip(expected, got):
+        torch.testing.assert_close(g, e, equal_nan=True)
 
 
 def test_index_copy_of_one_row_writes_that_row():

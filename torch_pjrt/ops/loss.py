@@ -48,7 +48,8 @@ def _nll_pick(self, target, weight, ignore_index):
     picked = jnp.take_along_axis(x, safe[..., None], -1)[..., 0]
     w = jnp.ones(safe.shape, x.dtype) if weight is None else upcast(weight)[safe]
     w = jnp.where(valid, w, jnp.zeros_like(w))
-    return -picked * w, w
+    # (an ignored row adds nothing, whatever it holds: -inf or nan times 0 is nan)
+    return jnp.where(valid, -picked * w, jnp.zeros_like(w)), w
 
 
 def _nll_forward(self, target, weight, reduction, ignore_index):
