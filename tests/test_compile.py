@@ -506,6 +506,23 @@ def test_training_through_a_cat_along_the_padded_length_matches_eager():
     assert torch_pjrt.metrics.as_dict()["graph_forward_compilations"] == 2  # buckets 8, 16
 
 
+def test_a_label_shift_runs_padded():
+    # Hugging Face's causal-LM loss: the labels padded by one ignored position, then cut
+    # by one at the front (F.pad, then [..., 1:]: the same size as before, one tag)
+    def loss(logits, labels):
+        shifted = F.pad(labels, (0, 1), value=-100)[..., 1:]
+        return F.cross_entropy(logits.flatten(0, 1), shifted.flatten(), ignore_index=-100)
+
+    compiled = torch.compile(loss, backend="pjrt", dynamic=True)
+    for t in (5, 6, 7, 9):  # buckets 8 and 16
+        logits, labels = torch.randn(2, t, 11), torch.randint(0, 11, (2, t))
+        labels[1, :2] = -100
+        _close(compiled(logits.to("pjrt"), labels.to("pjrt")), loss(logits, labels))
+    d = torch_pjrt.metrics.as_dict()
+    assert not d.get("graph_bucket_fallbacks")
+    assert d["graph_compilations"] == 2
+
+
 def test_a_cache_grown_by_cat_runs_one_program_per_bucket():
     # each step's cache is the last step's output, a view of its padded result: the
     # program takes that padded array as it is (no gather of the view per length)

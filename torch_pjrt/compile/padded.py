@@ -45,11 +45,11 @@ class PaddedProgram:
         # in the order they were made (each after those it sums)
         self.derived: dict = {}
 
-    def _evaluate(self, values, lengths, rng, record, input_factors):
+    def _evaluate(self, values, lengths, rng, record, input_factors, sizes):
         """Like ``GraphProgram._evaluate``, on values padded to buckets, tracking the
         padding (``padding_rules.PaddedTrace``)."""
         env: dict = dict(zip(self.graph.inputs, values))
-        trace = padding_rules.PaddedTrace(self.graph, lengths)
+        trace = padding_rules.PaddedTrace(self.graph, lengths, sizes)
         for i, dims in self.plan.tensor_dims.items():
             factors = list(buckets._untagged(values[i].shape))
             for d, name in dims:
@@ -231,7 +231,7 @@ class PaddedProgram:
             for i, dims in plan.tensor_dims.items():  # (stored arrays cut or padded here)
                 if kinds[i] == "a" and i not in dict(input_factors):
                     values[i] = buckets.pad_input(values[i], dims, padded)
-            return self._evaluate(values, lengths, rng, record, input_factors)
+            return self._evaluate(values, lengths, rng, record, input_factors, padded)
 
         run.__name__ = run.__qualname__ = self.graph.name
         self.records[key] = record

@@ -105,9 +105,10 @@ def _name(op: OpOverload) -> str:
 class PaddedTrace:
     """Evaluates one graph on padded values (see the module docstring)."""
 
-    def __init__(self, program, lengths):
+    def __init__(self, program, lengths, sizes=None):
         self.program = program
         self.lengths = lengths  # tag -> its true size (traced), the derived tags' added
+        self.sizes = sizes or {}  # symbol -> its padded size (the bucket)
         self.fac: dict = {}
         # the tags of sizes computed from the symbols (a KV cache's ``s0 + 1``, made by
         # ``cat`` and size arithmetic): tag -> (padded size, constant, tags summed)
@@ -125,6 +126,8 @@ class PaddedTrace:
         const = sum(p for p in parts if isinstance(p, int))
         tags = tuple(p for p in parts if not isinstance(p, int))
         known = self.derived.get(name)
+        if known is None and name in self.sizes:  # (a symbol again: F.pad then [1:])
+            known = (self.sizes[name],)
         if known is not None and known[0] != padded or known is None and name in self.lengths:
             raise NotBucketable(f"the size {name} padded two ways")
         if known is None:
@@ -330,12 +333,15 @@ def _on_untagged_dim(t, n, call, args, kwargs, raw, key):
             return result, f[:dim] + (((result.shape[dim], None),),) + f[dim + 1 :]
         if name == "select" and isinstance(raw[2], int) and 0 <= raw[2] < 2:
             return result, f[:dim] + f[dim + 1 :]
-        if name == "slice" and start in (0, None) and step == 1 and isinstance(end, int):
-            if end < 0:  # x[..., :-1] (gpt-oss drops its attention sink's column)
-                # the last elements of the valid prefix are cut; what follows is padding
+        first_n = start or 0
+        if name == "slice" and isinstance(first_n, int) and first_n >= 0 and step == 1:
+            if isinstance(end, int) and (end < 0 or end >= first.shape[dim]):
+                # x[..., k:-m] (a label shift's 1:, gpt-oss's sink column's :-1): the
+                # valid elements from k to m before the true end are a prefix again
+                cut = first_n - (end if end < 0 else 0)
                 val = n.meta.get("val")
                 size = val.shape[dim] if isinstance(val, torch.Tensor) else None
-                tag = t.derive(size, result.shape[dim], [f[dim][0][1], end])
+                tag = t.derive(size, result.shape[dim], [f[dim][0][1], -cut])
                 return result, f[:dim] + (((result.shape[dim], tag),),) + f[dim + 1 :]
     if _tagged(f[dim]):
         raise NotBucketable(f"{name} along a padded dimension")
@@ -346,6 +352,39 @@ def _on_untagged_dim(t, n, call, args, kwargs, raw, key):
     pieces = result if isinstance(result, (list, tuple)) else [result]
     out = [f[:dim] + (((p.shape[dim], None),),) + f[dim + 1 :] for p in pieces]
     return result, (type(result)(out) if isinstance(result, (list, tuple)) else out[0])
+
+
+def _constant_pad(t, n, call, args, kwargs, raw, key):
+    """F.pad with a constant. Along an unpadded dim nothing changes; along a padded one
+    (a label shift's ``F.pad(labels, (0, 1), value=-100)``) the input's padding is
+    filled with the value and the input written at its left pad, so the valid elements
+    (left pad, input, right pad) are a prefix, under a derived size (``s0 + 1``)."""
+    x, pad = args[0], list(args[1])
+    value = args[2] if len(args) > 2 else kwargs.get("value", 0)
+    result = call(args, kwargs, key)
+    f = list(t.f(n.args[0], x))
+    pairs = {x.ndim - 1 - k: (pad[2 * k], pad[2 * k + 1]) for k in range(len(pad) // 2)}
+    tagged = [d for d, (lo, hi) in pairs.items() if (lo or hi) and _tagged(f[d])]
+    if not tagged:
+        for d in pairs:
+            if not _tagged(f[d]):
+                f[d] = ((result.shape[d], None),)
+        return result, tuple(f)
+    if any(lo < 0 or hi < 0 for lo, hi in pairs.values()) or any(len(f[d]) > 1 for d in tagged):
+        raise NotBucketable("constant_pad_nd cropping, or along a merged padded dim")
+    out = jnp.full(result.shape, value, result.dtype)
+    starts = [pairs.get(d, (0, 0))[0] for d in range(x.ndim)]
+    out = lax.dynamic_update_slice(
+        out, _fill(x, tuple(f), t.lengths, value).astype(out.dtype), starts
+    )
+    val = n.meta.get("val")
+    for d, (lo, hi) in pairs.items():
+        if d in tagged:
+            size = val.shape[d] if isinstance(val, torch.Tensor) else None
+            f[d] = ((result.shape[d], t.derive(size, result.shape[d], [f[d][0][1], lo + hi])),)
+        elif not _tagged(f[d]):
+            f[d] = ((result.shape[d], None),)
+    return out, tuple(f)
 
 
 def _cat(t, n, call, args, kwargs, raw, key):
@@ -621,6 +660,7 @@ _RULES = {
         for k in ("split", "split_with_sizes", "select", "slice", "narrow", "unbind")
     },
     "cat": _cat,
+    "constant_pad_nd": _constant_pad,
     "slice_scatter": _scatter_into,
     "select_scatter": _scatter_into,
     **{k: _reduction for k in _IDENTITY},
