@@ -51,7 +51,7 @@ MAX_STATIC_PROGRAMS = 8  # Llama builds 2 (prefill, decode step); Mixtral 6
 MAX_DYNAMIC_PROGRAMS = 12
 
 # run by `make test`; every other case is slow (--exhaustive)
-FAST = {"gpt2-dynamic-eager", "llama-static-compiled"}
+FAST = {"gpt2-dynamic-eager", "llama-static-compiled", "llama-dynamic-compiled"}
 
 
 # family -> factor for the non-embedding matrices (module docstring)
