@@ -46,8 +46,9 @@ DECODERS = [
 SEQ2SEQ = ["t5", "bart", "whisper"]
 NEW = 16
 MAX_STATIC_PROGRAMS = 8  # Llama builds 2 (prefill, decode step); Mixtral 6
-# Llama builds 5 (prefill; the decode step's graph in buckets 16 and 32, traced again by
-# Dynamo for the padded cache's strides); Mixtral and gpt-oss 11 (their prefills in parts)
+# Llama builds 7 (prefill; the first decode step at its exact sizes; the symbolic decode
+# step in buckets of the cache's and the mask's lengths, traced again by Dynamo for the
+# padded cache's strides); Mixtral and gpt-oss 11 (their prefills in parts)
 MAX_DYNAMIC_PROGRAMS = 12
 
 # run by `make test`; every other case is slow (--exhaustive)
