@@ -251,6 +251,11 @@ _REFUSED = {
     "max_unpool2d (a decomposition)": lambda d: F.max_unpool2d(
         torch.ones(1, 1, 2, 2, device=d), torch.zeros(1, 1, 2, 3, dtype=torch.long, device=d), 2
     ),
+    # (a bool operand, a Python True included: pjrt subtracted where the CPU refuses)
+    "sub bool scalar": lambda d: torch.tensor([1, 2], device=d) - True,
+    "rsub bool scalar": lambda d: True - torch.tensor([1.0], device=d),
+    "sub bool tensor": lambda d: torch.tensor([True], device=d) - torch.tensor([1], device=d),
+    "sub_ bool": lambda d: torch.tensor([1, 2], device=d).sub_(torch.tensor([True], device=d)),
 }
 
 

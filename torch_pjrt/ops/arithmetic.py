@@ -12,7 +12,7 @@ from jax import lax
 
 from torch_pjrt.ops._helpers import is_bool, is_float, scalar, unsupported
 from torch_pjrt.ops._promote import KIND, cast, promote, result_type
-from torch_pjrt.ops.registry import lowers
+from torch_pjrt.ops.registry import lowers, refusal
 from torch_pjrt.runtime import asserts
 
 aten = torch.ops.aten
@@ -29,21 +29,38 @@ def add(self, other, alpha=1):
     return self + other
 
 
+def _bool_operand(x) -> bool:
+    return isinstance(x, bool) or (hasattr(x, "dtype") and x.dtype == jnp.bool_)
+
+
 @lowers(aten.sub.Tensor, aten.sub.Scalar)
-@promote(n=2)
 def sub(self, other, alpha=1):
-    if is_bool(self) and is_bool(other):
-        raise RuntimeError(
-            "Subtraction, the `-` operator, with two bool tensors is not supported. "
-            "Use the `^` or `logical_xor()` operator instead."
+    # ATen's sub_check, on the operands as given (a Python True is a bool tensor too)
+    if _bool_operand(self) and _bool_operand(other):
+        raise refusal(
+            RuntimeError(
+                "Subtraction, the `-` operator, with two bool tensors is not supported. "
+                "Use the `^` or `logical_xor()` operator instead."
+            )
         )
+    if _bool_operand(self) or _bool_operand(other):
+        raise refusal(
+            RuntimeError(
+                "Subtraction, the `-` operator, with a bool tensor is not supported. If you "
+                "are trying to invert a mask, use the `~` or `logical_not()` operator instead."
+            )
+        )
+    return _sub(self=self, other=other, alpha=alpha)
+
+
+@promote(n=2)
+def _sub(self, other, alpha=1):
     if not (isinstance(alpha, (int, float)) and alpha == 1):
         other = other * jnp.asarray(alpha, other.dtype)
     return self - other
 
 
 @lowers(aten.rsub.Tensor, aten.rsub.Scalar)
-@promote(n=2)
 def rsub(self, other, alpha=1):
     return sub(self=other, other=self, alpha=alpha)
 
