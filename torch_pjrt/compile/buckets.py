@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import torch
 
 from torch_pjrt.config import settings
-from torch_pjrt.device.tensor import new_tensor, wrap
+from torch_pjrt.device.tensor import _contiguous_strides, new_tensor, storage_cell, wrap
 
 __all__ = ["NotBucketable", "bucket", "plan"]
 
@@ -326,8 +326,6 @@ def prefix_array(t: torch.Tensor, dims) -> jax.Array | None:
     along the others (a padded program's output, seen with its true sizes: a dynamic
     KV cache handed back to the next step), else None: the program takes that array
     and cuts or pads it itself (no gather of the view, compiled for each length)."""
-    from torch_pjrt.device.tensor import _contiguous_strides, storage_cell
-
     if t.is_cpu or t.storage_offset() or t.is_conj() or t.is_neg():
         return None
     if getattr(t, "_pjrt_padded", None) is not None:
@@ -362,7 +360,6 @@ def saved(array: jax.Array, factors, true: dict, index: int) -> torch.Tensor:
 def true_view(array: jax.Array, factors, true: dict, index: int) -> torch.Tensor:
     """A tensor with the true sizes viewing a padded result (valid elements form a
     prefix of every dimension: only a dimension's outermost factor may be padded)."""
-    from torch_pjrt.device.tensor import _contiguous_strides
     from torch_pjrt.runtime.transfer import torch_dtype
 
     if not any(t is not None for dim in factors for _, t in dim):

@@ -227,9 +227,9 @@ class PaddedProgram:
                 elif i in only_values:  # (no padded value: a size it is not)
                     value = buckets.Sym(None, lengths_vec[only_values[i]], None)
                 values.append(value)
-            padded = dict(zip(names, sizes))
+            padded, arrived = dict(zip(names, sizes)), dict(input_factors)
             for i, dims in plan.tensor_dims.items():  # (stored arrays cut or padded here)
-                if kinds[i] == "a" and i not in dict(input_factors):
+                if kinds[i] == "a" and i not in arrived:
                     values[i] = buckets.pad_input(values[i], dims, padded)
             return self._evaluate(values, lengths, rng, record, input_factors, padded)
 

@@ -116,10 +116,14 @@ class PaddedTrace:
 
     def derive(self, size, padded: int, parts) -> str:
         """The tag of a size computed from the symbols (``size``: its SymInt in the
-        graph's metadata), the sum of ``parts`` (true sizes: ints, or tags), padded to
-        ``padded``; its true size is added to ``lengths``. A tag is named by its sympy
-        expression, so a cat's length and the size arithmetic that computes the same
-        length agree (their padded sizes are the same sums)."""
+        graph's metadata, or a node and a dim of its value), the sum of ``parts`` (true
+        sizes: ints, or tags), padded to ``padded``; its true size is added to
+        ``lengths``. A tag is named by its sympy expression, so a cat's length and the
+        size arithmetic that computes the same length agree (their padded sizes are the
+        same sums)."""
+        if isinstance(size, tuple):  # (node, dim)
+            val = size[0].meta.get("val")
+            size = val.shape[size[1]] if isinstance(val, torch.Tensor) else None
         if not isinstance(size, torch.SymInt) or size.node.expr.is_number:
             raise NotBucketable("a computed size Dynamo did not record")
         name = str(size.node.expr)
@@ -339,9 +343,7 @@ def _on_untagged_dim(t, n, call, args, kwargs, raw, key):
                 # x[..., k:-m] (a label shift's 1:, gpt-oss's sink column's :-1): the
                 # valid elements from k to m before the true end are a prefix again
                 cut = first_n - (end if end < 0 else 0)
-                val = n.meta.get("val")
-                size = val.shape[dim] if isinstance(val, torch.Tensor) else None
-                tag = t.derive(size, result.shape[dim], [f[dim][0][1], -cut])
+                tag = t.derive((n, dim), result.shape[dim], [f[dim][0][1], -cut])
                 return result, f[:dim] + (((result.shape[dim], tag),),) + f[dim + 1 :]
     if _tagged(f[dim]):
         raise NotBucketable(f"{name} along a padded dimension")
@@ -365,26 +367,18 @@ def _constant_pad(t, n, call, args, kwargs, raw, key):
     f = list(t.f(n.args[0], x))
     pairs = {x.ndim - 1 - k: (pad[2 * k], pad[2 * k + 1]) for k in range(len(pad) // 2)}
     tagged = [d for d, (lo, hi) in pairs.items() if (lo or hi) and _tagged(f[d])]
-    if not tagged:
-        for d in pairs:
-            if not _tagged(f[d]):
-                f[d] = ((result.shape[d], None),)
-        return result, tuple(f)
-    if any(lo < 0 or hi < 0 for lo, hi in pairs.values()) or any(len(f[d]) > 1 for d in tagged):
-        raise NotBucketable("constant_pad_nd cropping, or along a merged padded dim")
-    out = jnp.full(result.shape, value, result.dtype)
-    starts = [pairs.get(d, (0, 0))[0] for d in range(x.ndim)]
-    out = lax.dynamic_update_slice(
-        out, _fill(x, tuple(f), t.lengths, value).astype(out.dtype), starts
-    )
-    val = n.meta.get("val")
+    if tagged:
+        if any(lo < 0 or hi < 0 for lo, hi in pairs.values()) or any(len(f[d]) > 1 for d in tagged):
+            raise NotBucketable("constant_pad_nd cropping, or along a merged padded dim")
+        x = _fill(x, tuple(f), t.lengths, value).astype(result.dtype)
+        starts = [pairs.get(d, (0, 0))[0] for d in range(x.ndim)]
+        result = lax.dynamic_update_slice(jnp.full(result.shape, value, result.dtype), x, starts)
     for d, (lo, hi) in pairs.items():
         if d in tagged:
-            size = val.shape[d] if isinstance(val, torch.Tensor) else None
-            f[d] = ((result.shape[d], t.derive(size, result.shape[d], [f[d][0][1], lo + hi])),)
+            f[d] = ((result.shape[d], t.derive((n, d), result.shape[d], [f[d][0][1], lo + hi])),)
         elif not _tagged(f[d]):
             f[d] = ((result.shape[d], None),)
-    return out, tuple(f)
+    return result, tuple(f)
 
 
 def _cat(t, n, call, args, kwargs, raw, key):
@@ -420,9 +414,7 @@ def _cat(t, n, call, args, kwargs, raw, key):
         ((size, tag),) = d if len(d) == 1 else (((v.shape[dim], None),))
         parts.append(size if tag is None else tag)
         at = at + (size if tag is None else t.lengths[tag])
-    val = n.meta.get("val")
-    size = val.shape[dim] if isinstance(val, torch.Tensor) else None
-    out[dim] = ((result.shape[dim], t.derive(size, result.shape[dim], parts)),)
+    out[dim] = ((result.shape[dim], t.derive((n, dim), result.shape[dim], parts)),)
     return value, tuple(out)
 
 

@@ -30,7 +30,7 @@ def add(self, other, alpha=1):
 
 
 def _bool_operand(x) -> bool:
-    return isinstance(x, bool) or (hasattr(x, "dtype") and x.dtype == jnp.bool_)
+    return isinstance(x, bool) or (hasattr(x, "dtype") and is_bool(x))
 
 
 @lowers(aten.sub.Tensor, aten.sub.Scalar)
