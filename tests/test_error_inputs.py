@@ -256,6 +256,17 @@ _REFUSED = {
     "rsub bool scalar": lambda d: True - torch.tensor([1.0], device=d),
     "sub bool tensor": lambda d: torch.tensor([True], device=d) - torch.tensor([1], device=d),
     "sub_ bool": lambda d: torch.tensor([1, 2], device=d).sub_(torch.tensor([True], device=d)),
+    # (an integer tensor to a negative integer Scalar: pjrt computed 0 or garbage for uint8)
+    "pow int negative": lambda d: torch.tensor([1, 2], device=d) ** -1,
+    "pow uint8 negative": lambda d: torch.tensor([3], dtype=torch.uint8, device=d).pow(-2),
+    "pow_ bool negative": lambda d: torch.tensor([True], device=d).pow_(-1),
+    "foreach pow negative": lambda d: torch._foreach_pow([torch.ones(2, device=d).int()], -1),
+    # (no bool kernels: pjrt computed)
+    "pow bool tensors": lambda d: torch.tensor([True], device=d) ** torch.tensor([True], device=d),
+    "pow True bool tensor": lambda d: torch.pow(True, torch.tensor([False], device=d)),
+    "clamp bool min": lambda d: torch.tensor([True, False], device=d).clamp(min=True),
+    "clamp bool both": lambda d: torch.tensor([True], device=d).clamp(False, True),
+    "clamp_max_ bool": lambda d: torch.tensor([True], device=d).clamp_max_(False),
 }
 
 

@@ -312,6 +312,42 @@ def test_an_ignored_target_adds_nothing_whatever_its_row_holds(mode):
         torch.testing.assert_close(g, e, equal_nan=True)
 
 
+_POW_DTYPES = (torch.bool, torch.uint8, torch.int8, torch.int32, torch.int64, torch.float32)
+_POW_NUMBERS = (True, False, 0, 1, 2, -1, -2, 0.5, -1.5)
+
+
+def _outcome(make, device):
+    try:
+        out = make(device)
+    except Exception as exc:  # noqa: BLE001  (the CPU's refusal is the expected outcome)
+        return f"{type(exc).__name__}: {exc}"
+    return out.dtype, out.cpu().tolist()
+
+
+@pytest.mark.parametrize("mode", ["eager", "fused"])
+def test_pow_over_dtypes_and_numbers_matches_cpu(mode):
+    """``pow`` of every pairing of dtypes and Python numbers, either way round: the CPU's
+    dtype and values, or its refusal word for word (an integer tensor to a negative
+    integer number, bool to bool tensors). pjrt computed those, and ``x ** True`` of a
+    bool x was int64 (the CPU's is bool)."""
+
+    def base(dtype, d):
+        x = torch.tensor([0, 1, 2, -1, 3])
+        return (x > 0 if dtype is torch.bool else x.abs().to(dtype)).to(d)
+
+    cases = {}
+    for dtype in _POW_DTYPES:
+        for n in _POW_NUMBERS:
+            cases[f"{dtype} ** {n!r}"] = lambda d, t=dtype, n=n: base(t, d) ** n
+            cases[f"{n!r} ** {dtype}"] = lambda d, t=dtype, n=n: n ** base(t, d)
+        for other in _POW_DTYPES:
+            cases[f"{dtype} ** {other}"] = lambda d, t=dtype, o=other: base(t, d) ** base(o, d)
+    expected = {name: _outcome(make, "cpu") for name, make in cases.items()}
+    with torch_pjrt.mode(mode):
+        got = {name: _outcome(make, "pjrt") for name, make in cases.items()}
+    assert {n: g for n, g in got.items() if g != expected[n]} == {}
+
+
 def test_index_copy_of_one_row_writes_that_row():
     """``index_copy_`` with one index (a KV cache's row) is one in-place write; the CPU's
     values for each dim, for a 0-d and a 1-d tensor too."""

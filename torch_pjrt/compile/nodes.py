@@ -17,7 +17,7 @@ import torch
 import torch.fx
 from torch._ops import OpOverload
 
-from torch_pjrt.ops.registry import Lowering, Signature, graph_lookup, lookup
+from torch_pjrt.ops.registry import HostCheck, Lowering, Signature, graph_lookup, lookup
 
 aten = torch.ops.aten
 
@@ -132,11 +132,13 @@ def _scalar(v):
 class Call:
     """How one node's lowering is called: argument names and kinds from the schema."""
 
-    __slots__ = ("fn", "sig", "scalars", "random", "n_outputs")
+    __slots__ = ("fn", "sig", "scalars", "random", "n_outputs", "host_check")
 
     def __init__(self, op: OpOverload, lowering: Lowering, in_table: bool):
         self.fn = lowering.fn
         self.sig = Signature(op, lowering.static)
+        # the eager kernels' checks of Scalar values, on the graph's constants
+        self.host_check = HostCheck.of(lowering, self.sig)
         # eager kernels pass Scalar arguments as weak JAX scalars; graph-only lowerings
         # (allocation, arange) need them as Python numbers
         self.scalars = self.sig.scalars if in_table else []
@@ -144,6 +146,8 @@ class Call:
 
     def __call__(self, args, kwargs, key):
         vals = self.sig.values(args, kwargs)
+        if self.host_check is not None:
+            self.host_check(vals)
         for i in self.scalars:
             vals[i] = _scalar(vals[i])
         call = dict(zip(self.sig.names, vals))

@@ -12,7 +12,7 @@ from jax import lax
 
 from torch_pjrt.ops._helpers import is_bool, is_float, scalar, unsupported
 from torch_pjrt.ops._promote import KIND, cast, promote, result_type
-from torch_pjrt.ops.registry import lowers, refusal
+from torch_pjrt.ops.registry import dtype_of, lowers, refusal
 from torch_pjrt.runtime import asserts
 
 aten = torch.ops.aten
@@ -179,17 +179,44 @@ def _int_pow(base, exp):
     return jnp.where(exp < 0, neg.astype(out.dtype), out)
 
 
-@lowers(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar)
+def _no_negative_integer_power(self, exponent):
+    # ATen's pow of a tensor to a Scalar; a negative exponent given as a tensor computes
+    if isinstance(exponent, int) and exponent < 0:
+        dtype = dtype_of(self)
+        if not (dtype.is_floating_point or dtype.is_complex):
+            raise refusal(RuntimeError("Integers to negative integer powers are not allowed."))
+
+
+def _no_bool_pow(self, exponent):
+    # CPU has no bool pow kernel; a bool tensor to a bool Scalar is a copy or ones
+    if is_bool(self) and is_bool(exponent):
+        raise refusal(NotImplementedError("\"pow\" not implemented for 'Bool'"))
+
+
 @promote(KIND.BOOL_TO_LONG)
-def pow(self, exponent):
+def _pow(self, exponent):
     if is_float(self):
         return jnp.power(self, exponent)
     return _int_pow(self, exponent)
 
 
+@lowers(aten.pow.Tensor_Tensor)
+def pow(self, exponent):
+    _no_bool_pow(self, exponent)
+    return _pow(self, exponent)
+
+
+@lowers(aten.pow.Tensor_Scalar, host=_no_negative_integer_power)
+def pow_tensor_scalar(self, exponent):
+    if is_bool(self) and is_bool(exponent):  # ATen: x ** True is x, x ** False is ones
+        return jnp.where(exponent, self, True)
+    return _pow(self, exponent)
+
+
 @lowers(aten.pow.Scalar)
 def pow_scalar(self, exponent):
-    return pow(self=self, exponent=exponent)
+    _no_bool_pow(self, exponent)
+    return _pow(self, exponent)
 
 
 @lowers(aten.atan2.default)

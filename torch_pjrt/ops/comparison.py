@@ -141,7 +141,7 @@ def where(condition, self, other):
     return jnp.where(_truth(condition), cast(self, result), cast(other, result))
 
 
-@lowers(aten.clamp.default, aten.clamp.Tensor, fits=("min", "max"), fits_result=True)
+@lowers(aten.clamp.Tensor)
 @promote()
 def clamp(self, min=None, max=None):
     if min is None and max is None:
@@ -154,16 +154,38 @@ def clamp(self, min=None, max=None):
     return out
 
 
-@lowers(aten.clamp_min.default, aten.clamp_min.Tensor, fits=("min",), fits_result=True)
+@lowers(aten.clamp_min.Tensor)
 @promote()
 def clamp_min(self, min):
     return jnp.maximum(self, min)
 
 
-@lowers(aten.clamp_max.default, aten.clamp_max.Tensor, fits=("max",), fits_result=True)
+@lowers(aten.clamp_max.Tensor)
 @promote()
 def clamp_max(self, max):
     return jnp.minimum(self, max)
 
 
-del _packet, _fn
+def _scalar_bounds(fn):
+    """A clamp overload with Scalar bounds: CPU has no bool kernel for it (the Tensor
+    overloads have one)."""
+
+    def lowered(self, **bounds):
+        given = [b for b in bounds.values() if b is not None]
+        if is_bool(self) and given and all(is_bool(b) for b in given):
+            kind = "" if len(given) > 1 else "_min" if bounds.get("min") is not None else "_max"
+            raise unsupported(f"clamp{kind}_scalar", self)
+        return fn(self, **bounds)
+
+    return lowered
+
+
+for _op, _fn, _bounds in (
+    (aten.clamp.default, clamp, ("min", "max")),
+    (aten.clamp_min.default, clamp_min, ("min",)),
+    (aten.clamp_max.default, clamp_max, ("max",)),
+):
+    lowers(_op, fits=_bounds, fits_result=True)(_scalar_bounds(_fn))
+
+
+del _packet, _fn, _op, _bounds

@@ -26,7 +26,7 @@ from torch_pjrt.ops.registry import implements, lowers
 from torch_pjrt.ops.registry import lowers_in_graphs as in_graphs
 from torch_pjrt.ops.scalar_fits import check_fits
 from torch_pjrt.runtime import executor
-from torch_pjrt.runtime.transfer import jax_dtype
+from torch_pjrt.runtime.transfer import jax_dtype, torch_dtype
 
 aten = torch.ops.aten
 
@@ -368,22 +368,30 @@ for _value, _ops in (
 # --- allocation in graphs (eagerly: ``empty``, then ``fill_``) ----------------------------
 
 
+def _filled_in_graph(shape, value, dtype):
+    """A graph's ``full``: its value, a constant Python number (else symbolic), checked
+    as eager calls check it (fill_'s overflow error)."""
+    if isinstance(value, (bool, int, float, complex)):
+        check_fits(value, torch_dtype(dtype))
+    return jnp.full(tuple(shape), value, dtype)
+
+
 @in_graphs(aten.full.default)
 def full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
     dtype = jax_dtype(dtype if dtype is not None else _full_dtype(fill_value))
-    return jnp.full(tuple(size), fill_value, dtype)
+    return _filled_in_graph(size, fill_value, dtype)
 
 
 @in_graphs(aten.full_like.default)
 def full_like(
     self, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None
 ):
-    return jnp.full(self.shape, fill_value, default_dtype(dtype, self))
+    return _filled_in_graph(self.shape, fill_value, default_dtype(dtype, self))
 
 
 @in_graphs(aten.scalar_tensor.default)
 def scalar_tensor(s, *, dtype=None, layout=None, device=None, pin_memory=None):
-    return jnp.asarray(s, default_dtype(dtype))
+    return _filled_in_graph((), s, default_dtype(dtype))
 
 
 def _constant(value):
@@ -423,4 +431,4 @@ def new_empty_strided(self, size, stride, *, dtype=None, layout=None, device=Non
 
 @in_graphs(aten.new_full.default)
 def new_full(self, size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
-    return jnp.full(tuple(size), fill_value, default_dtype(dtype, self))
+    return _filled_in_graph(size, fill_value, default_dtype(dtype, self))

@@ -8,9 +8,11 @@ The in-place forms (``_foreach_add_``) are derived from these by the registry.
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 
-from torch_pjrt.ops.registry import Lowering, Signature
+from torch_pjrt.ops.registry import HostCheck, Lowering, Signature
 
 aten = torch.ops.aten
 
@@ -90,5 +92,37 @@ def derive(table: dict) -> dict:
             if str(a.type) in ("List[Tensor]", "List[number]")
         }
         fn = _per_element(table[base].fn, sig.names, base_sig.names, listed)
-        derived[foreach] = Lowering(fn)
+        check = HostCheck.of(table[base], base_sig)
+        host = None if check is None else _checked_per_element(check, sig, base_sig, listed)
+        derived[foreach] = Lowering(fn, host=host)
     return derived
+
+
+def _key(value):
+    """What a host check reads of a list's element: a tensor's dtype, a number (its type
+    too: 300 overflows int8 where 300.0 promotes to float)."""
+    dtype = getattr(value, "dtype", None)
+    return (value.__class__, value) if dtype is None else dtype
+
+
+def _checked_per_element(check: HostCheck, sig: Signature, base_sig: Signature, listed):
+    """The elementwise op's host check (a clamp bound that overflows an int8 element, an
+    integer element to a negative power) made on each element's arguments: once per
+    distinct element dtypes and numbers (an optimizer's list is checked once)."""
+    pairs = [(name, base_sig.index[base]) for name, base in zip(sig.names, base_sig.names)]
+    columns = [n for n in sig.names if n in listed]
+
+    def host(**kwargs):
+        distinct = {}
+        keys = zip(*([_key(v) for v in kwargs[n]] for n in columns))
+        for i, key in enumerate(keys):
+            distinct.setdefault(key, i)
+        for i in distinct.values():
+            vals = list(base_sig.defaults)
+            for name, j in pairs:
+                vals[j] = kwargs[name][i] if name in listed else kwargs[name]
+            check(vals)
+
+    keyword = inspect.Parameter.KEYWORD_ONLY  # (HostCheck passes the arguments it names)
+    host.__signature__ = inspect.Signature([inspect.Parameter(n, keyword) for n in sig.names])
+    return host

@@ -12,6 +12,8 @@ wrapping the results. In-place and ``out=`` variants are derived from the schema
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import keyword
 import logging
 import sys
@@ -33,13 +35,16 @@ from torch_pjrt.ops.fallback import LoweringMissing, declined
 from torch_pjrt.ops.scalar_fits import check_fits
 from torch_pjrt.runtime import asserts, executor
 from torch_pjrt.runtime import events as metrics
+from torch_pjrt.runtime.transfer import torch_dtype
 
 log = logging.getLogger("torch_pjrt")
 
 __all__ = [
+    "HostCheck",
     "LoweringMissing",
     "Lowering",
     "declined",
+    "dtype_of",
     "graph_lookup",
     "lowers",
     "lowers_in_graphs",
@@ -57,6 +62,7 @@ class Lowering:
     writes: tuple = ()
     fits: tuple = ()  # Scalar arguments that must fit self's dtype (scalar_fits.py)
     fits_result: bool = False  # ... the result type of self and the Scalar instead
+    host: Callable | None = None  # a check of the call's Python numbers (see lowers)
 
 
 _TABLE: dict[OpOverload, Lowering] = {}
@@ -87,6 +93,7 @@ def lowers(
     writes: tuple = (),
     fits: tuple = (),
     fits_result: bool = False,
+    host: Callable | None = None,
 ):
     """Register a lowering for ATen ops; a packet expands to its functional overloads.
 
@@ -104,6 +111,13 @@ def lowers(
             Scalar argument (``masked_fill.Tensor``) are not checked.
         fits_result: check ``fits`` against the result type of ``self`` and the number
             (``torch.result_type``: ops that promote, as ``clamp``) instead.
+        host: a check of the values of ``Scalar`` arguments that CPU PyTorch refuses and
+            a program cannot see (a Scalar is a run-time argument of it): a function of
+            some of the op's arguments by name (Python numbers as given; a tensor as a
+            torch tensor or a JAX array, :func:`dtype_of` reads either's dtype) that
+            raises PyTorch's error (``pow``'s negative integer exponent of an integer
+            tensor). Made on the host before every call, eager,
+            fused and compiled (:class:`HostCheck`).
 
     A lowering may return None for an output the op leaves undefined (``output_mask``).
 
@@ -119,7 +133,7 @@ def lowers(
                 if op in _TABLE:
                     raise RuntimeError(f"{op} has two lowerings: {_TABLE[op].fn} and {fn}")
                 _TABLE[op] = Lowering(
-                    fn, random, frozenset(static), tuple(writes), tuple(fits), fits_result
+                    fn, random, frozenset(static), tuple(writes), tuple(fits), fits_result, host
                 )
         return fn
 
@@ -306,6 +320,63 @@ def _program_key(vals, sig: Signature) -> tuple:
     )
 
 
+_NUMBERS = (bool, int, float, complex)
+
+
+class HostCheck:
+    """The checks of a call's Python numbers that CPU PyTorch makes and a program cannot
+    (its Scalar arguments are run-time values): each ``fits`` argument must fit self's
+    dtype (or the result type, ``fits_result``), and the lowering's ``host`` function
+    holds. Made on the host before each call: by eager kernels (every mode) on the
+    arguments as given, and by compiled graphs' nodes (``compile/nodes.py``) on their
+    constant numbers; a symbolic number is not checked (nothing but its value could
+    be). Tensors arrive as torch tensors in eager calls, JAX arrays in graphs."""
+
+    __slots__ = ("fits", "fits_result", "self_index", "host", "host_args")
+
+    def __init__(self, lowering: Lowering, sig: Signature, fits: tuple):
+        self.fits, self.fits_result = fits, lowering.fits_result
+        self.self_index = sig.index.get("self")
+        self.host = lowering.host
+        names = inspect.signature(lowering.host).parameters if lowering.host else ()
+        self.host_args = tuple((n, sig.index[n]) for n in names)
+
+    @classmethod
+    def of(cls, lowering: Lowering, sig: Signature) -> HostCheck | None:
+        fits = tuple(
+            sig.index[n]
+            for n in lowering.fits
+            if n in sig.index and sig.kinds[sig.index[n]] == _SCALAR
+        )
+        if not fits and lowering.host is None:
+            return None
+        return cls(lowering, sig, fits)
+
+    def __call__(self, vals) -> None:
+        if self.fits:
+            dtype = dtype_of(vals[self.self_index])
+            for i in self.fits:
+                value = vals[i]
+                if isinstance(value, _NUMBERS):
+                    check_fits(
+                        value, _result_type(dtype, value.__class__) if self.fits_result else dtype
+                    )
+        if self.host is not None:
+            self.host(**{n: vals[i] for n, i in self.host_args})
+
+
+@functools.cache
+def _result_type(dtype: torch.dtype, number: type) -> torch.dtype:
+    """``torch.result_type`` of a tensor of ``dtype`` and a Python number of that type."""
+    return torch.result_type(torch.empty((1,), dtype=dtype, device="meta"), number(1))
+
+
+def dtype_of(x) -> torch.dtype:
+    """A torch tensor's dtype, or a JAX array's as torch names it."""
+    dtype = x.dtype
+    return dtype if isinstance(dtype, torch.dtype) else torch_dtype(dtype)
+
+
 class Kernel:
     """The eager PrivateUse1 kernel of one lowered overload: it binds the op's arguments
     through ``device/binding.py`` (one binding for every mode and path, and for compiled
@@ -339,16 +410,7 @@ class Kernel:
             or any(sig.kinds[i] == _TENSOR_LIST for i in sig.arrays)
         )
         self._scalar_defaults = [sig.defaults[i] for i in sig.scalars]
-        # Scalar arguments whose values must fit self's dtype (None: none), and self's
-        self.fits = (
-            tuple(
-                sig.index[n]
-                for n in lowering.fits
-                if n in sig.index and sig.kinds[sig.index[n]] == _SCALAR
-            )
-            or None
-        )
-        self._fits_self = sig.index.get("self")
+        self.host_check = HostCheck.of(lowering, sig)  # (None: nothing to check)
         # positional arguments given -> the defaults that complete them
         self._tails = {n: tuple(sig.defaults[n:]) for n in range(len(sig.defaults) + 1)}
 
@@ -413,8 +475,8 @@ class Kernel:
         if self._generator is not None and vals[self._generator] is not None:
             generator = pjrt_generator(vals[self._generator], self.name)
             vals[self._generator] = None  # (not a static: one program for every generator)
-        if self.fits is not None:
-            self._check_fits(vals)
+        if self.host_check is not None:
+            self.host_check(vals)
         path = op_path()
         lazy = path == "fused"
         bound = binding.plain_arrays(vals, sig.arrays, lazy)  # (the common case, cheaply)
@@ -462,13 +524,6 @@ class Kernel:
             checks.after_op(self.op, args, kwargs, out, self.lowering.random)
         return out, index
 
-    def _check_fits(self, vals) -> None:
-        target, promoted = vals[self._fits_self], self.lowering.fits_result
-        for i in self.fits:
-            value = vals[i]
-            if value is not None:
-                check_fits(value, torch.result_type(target, value) if promoted else target.dtype)
-
     def _check_arguments(self, args, kwargs) -> None:
         """PyTorch's own checks of the op's arguments (shapes, dims, dtypes, the values of
         static arguments), made by its Meta kernel on meta copies of them while a call
@@ -492,8 +547,8 @@ class Kernel:
         if tail is None:
             return None
         vals = args + tail
-        if self.fits is not None:
-            self._check_fits(vals)
+        if self.host_check is not None:
+            self.host_check(vals)
         bound = binding.plain_arrays(vals, sig.arrays)
         if bound is None:
             return None
