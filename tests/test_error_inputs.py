@@ -261,6 +261,15 @@ _REFUSED = {
     "pow uint8 negative": lambda d: torch.tensor([3], dtype=torch.uint8, device=d).pow(-2),
     "pow_ bool negative": lambda d: torch.tensor([True], device=d).pow_(-1),
     "foreach pow negative": lambda d: torch._foreach_pow([torch.ones(2, device=d).int()], -1),
+    # (an integer divided by zero: fmod gave 0, checked on the device now)
+    "fmod int by 0": lambda d: torch.fmod(torch.tensor([1, 2], device=d), 0),
+    "fmod int by a tensor with 0": lambda d: torch.fmod(
+        torch.tensor([1, 2], device=d), torch.tensor([1, 0], device=d)
+    ),
+    "remainder int by 0": lambda d: torch.tensor([1, 2], device=d) % 0,
+    # (the exponent converts to an integer or half result type)
+    "pow int8 ** 300": lambda d: torch.tensor([1], dtype=torch.int8, device=d) ** 300,
+    "pow half ** 1e5": lambda d: torch.tensor([1.0], dtype=torch.half, device=d) ** 1e5,
     # (no bool kernels: pjrt computed)
     "pow bool tensors": lambda d: torch.tensor([True], device=d) ** torch.tensor([True], device=d),
     "pow True bool tensor": lambda d: torch.pow(True, torch.tensor([False], device=d)),

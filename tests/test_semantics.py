@@ -312,8 +312,16 @@ def test_an_ignored_target_adds_nothing_whatever_its_row_holds(mode):
         torch.testing.assert_close(g, e, equal_nan=True)
 
 
-_POW_DTYPES = (torch.bool, torch.uint8, torch.int8, torch.int32, torch.int64, torch.float32)
-_POW_NUMBERS = (True, False, 0, 1, 2, -1, -2, 0.5, -1.5)
+_POW_DTYPES = (
+    torch.bool,
+    torch.uint8,
+    torch.int8,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.float32,
+)
+_POW_NUMBERS = (True, False, 0, 1, 2, -1, -2, 0.5, -1.5, 64, 70, 300, 1e5)
 
 
 def _outcome(make, device):
@@ -328,11 +336,12 @@ def _outcome(make, device):
 def test_pow_over_dtypes_and_numbers_matches_cpu(mode):
     """``pow`` of every pairing of dtypes and Python numbers, either way round: the CPU's
     dtype and values, or its refusal word for word (an integer tensor to a negative
-    integer number, bool to bool tensors). pjrt computed those, and ``x ** True`` of a
-    bool x was int64 (the CPU's is bool)."""
+    integer number, bool to bool tensors, a number past an integer or half result type).
+    pjrt computed those, ``x ** True`` of a bool x was int64 (the CPU's is bool), and an
+    integer exponent past 63 counted only its low 6 bits (``0 ** 64`` was 1)."""
 
     def base(dtype, d):
-        x = torch.tensor([0, 1, 2, -1, 3])
+        x = torch.tensor([0, 1, 2, -1, 3, 7, 64, 70])
         return (x > 0 if dtype is torch.bool else x.abs().to(dtype)).to(d)
 
     cases = {}

@@ -12,7 +12,8 @@ from jax import lax
 
 from torch_pjrt.ops._helpers import is_bool, is_float, scalar, unsupported
 from torch_pjrt.ops._promote import KIND, cast, promote, result_type
-from torch_pjrt.ops.registry import dtype_of, lowers, refusal
+from torch_pjrt.ops.registry import dtype_of, lowers, number_result_type, refusal
+from torch_pjrt.ops.scalar_fits import check_fits
 from torch_pjrt.runtime import asserts
 
 aten = torch.ops.aten
@@ -167,24 +168,39 @@ def fmod(self, other):
     if is_bool(self):
         raise unsupported("fmod", self)
     self, other = jnp.broadcast_arrays(self, other)
+    if not is_float(self):
+        _check_divisor(other)
     return jnp.fmod(self, other) if is_float(self) else lax.rem(self, other)
 
 
 def _int_pow(base, exp):
-    out = jnp.power(base, jnp.where(exp < 0, 0, exp))
+    # binary exponentiation over every bit of the exponent, wrapping as ATen's powi does
+    # (jnp.power's looks at 6 bits: 0 ** 64 gave 1)
+    exp = exp.astype(base.dtype)
+    out = jnp.ones_like(base)
+    square, rest = base, jnp.where(exp < 0, 0, exp)
+    for _ in range(jnp.iinfo(exp.dtype).bits):
+        out = jnp.where(rest & 1, out * square, out)
+        square, rest = square * square, rest >> 1
     if jnp.issubdtype(exp.dtype, jnp.unsignedinteger):
         return out
-    # ATen's powi: negative exponents give 1 for base 1, +-1 for base -1 and 0 otherwise
+    # negative exponents give 1 for base 1, +-1 for base -1 and 0 otherwise
     neg = jnp.where(base == 1, 1, jnp.where(base == -1, jnp.where(exp % 2 == 0, 1, -1), 0))
     return jnp.where(exp < 0, neg.astype(out.dtype), out)
 
 
-def _no_negative_integer_power(self, exponent):
-    # ATen's pow of a tensor to a Scalar; a negative exponent given as a tensor computes
-    if isinstance(exponent, int) and exponent < 0:
-        dtype = dtype_of(self)
-        if not (dtype.is_floating_point or dtype.is_complex):
-            raise refusal(RuntimeError("Integers to negative integer powers are not allowed."))
+def _pow_exponent_checks(self, exponent):
+    # ATen's pow of a tensor to a Scalar: no negative integer power of an integer tensor
+    # (one given as a tensor computes); the exponent converts to an integer or half
+    # result type (float and double take any number)
+    if not isinstance(exponent, (bool, int, float)):
+        return
+    dtype = dtype_of(self)
+    if isinstance(exponent, int) and exponent < 0 and not dtype.is_floating_point:
+        raise refusal(RuntimeError("Integers to negative integer powers are not allowed."))
+    result = number_result_type(dtype, exponent.__class__)
+    if not result.is_floating_point or result.itemsize < 4:
+        check_fits(exponent, result)
 
 
 def _no_bool_pow(self, exponent):
@@ -206,7 +222,7 @@ def pow(self, exponent):
     return _pow(self, exponent)
 
 
-@lowers(aten.pow.Tensor_Scalar, host=_no_negative_integer_power)
+@lowers(aten.pow.Tensor_Scalar, host=_pow_exponent_checks)
 def pow_tensor_scalar(self, exponent):
     if is_bool(self) and is_bool(exponent):  # ATen: x ** True is x, x ** False is ones
         return jnp.where(exponent, self, True)

@@ -50,6 +50,7 @@ __all__ = [
     "lowers_in_graphs",
     "lookup",
     "meta_error",
+    "number_result_type",
     "table",
 ]
 
@@ -359,14 +360,15 @@ class HostCheck:
                 value = vals[i]
                 if isinstance(value, _NUMBERS):
                     check_fits(
-                        value, _result_type(dtype, value.__class__) if self.fits_result else dtype
+                        value,
+                        number_result_type(dtype, value.__class__) if self.fits_result else dtype,
                     )
         if self.host is not None:
             self.host(**{n: vals[i] for n, i in self.host_args})
 
 
 @functools.cache
-def _result_type(dtype: torch.dtype, number: type) -> torch.dtype:
+def number_result_type(dtype: torch.dtype, number: type) -> torch.dtype:
     """``torch.result_type`` of a tensor of ``dtype`` and a Python number of that type."""
     return torch.result_type(torch.empty((1,), dtype=dtype, device="meta"), number(1))
 
