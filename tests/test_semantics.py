@@ -357,6 +357,96 @@ def test_pow_over_dtypes_and_numbers_matches_cpu(mode):
     assert {n: g for n, g in got.items() if g != expected[n]} == {}
 
 
+_HALF_WITH_NUMBERS = {
+    "add": lambda x, s: x + s,
+    "sub": lambda x, s: x - s,
+    "rsub": lambda x, s: s - x,
+    "add alpha": lambda x, s: torch.add(x, x.flip(0), alpha=s),
+    "sub alpha": lambda x, s: torch.sub(x, x.flip(0), alpha=s),
+    "mul": lambda x, s: x * s,
+    "div": lambda x, s: x / s,
+    "rdiv": lambda x, s: s / x,
+    "floor_divide": lambda x, s: x // s,
+    "remainder": lambda x, s: x % s,
+    "fmod": lambda x, s: torch.fmod(x, s),
+    "pow": lambda x, s: x.abs() ** s,
+    "rpow": lambda x, s: s**x,
+    "eq": lambda x, s: x == s,
+    "lt": lambda x, s: x < s,
+    "add 0-dim": lambda x, s: x + torch.tensor(s, device=x.device),
+    "mul 0-dim": lambda x, s: x * torch.tensor(s, device=x.device),
+    "lerp": lambda x, s: torch.lerp(x, x.flip(0), s),
+    "xlogy": lambda x, s: torch.xlogy(x.abs(), s),
+    "xlog1py": lambda x, s: torch.special.xlog1py(x.abs(), s),
+    "rrelu eval": lambda x, s: F.rrelu(x, s, s + 0.1, training=False),
+    "leaky_relu": lambda x, s: F.leaky_relu(x, s),
+    "hardshrink": lambda x, s: F.hardshrink(x, s),
+}
+
+
+@pytest.mark.parametrize("mode", ["eager", "fused", "compiled"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_half_tensors_with_numbers_round_as_on_cpu(dtype, mode):
+    """A half or bfloat16 tensor with a Python number (or a 0-dim tensor), bit for bit:
+    ATen rounds the number to the tensor's type for most ops (``x + 0.1`` adds
+    half(0.1); pjrt added the float32 0.1, off by one ulp in up to half the elements),
+    reads it in float32 for others (``mul``, ``div``, ``lerp``, ``leaky_relu``), and
+    rounds each step of ``xlogy``."""
+    x = (torch.randn(4000, generator=torch.Generator().manual_seed(0)) * 3).to(dtype)
+    numbers = (0.1, 1 / 3, 3.14159, 0.3)
+
+    def run(device):
+        return {
+            (name, s): f(x.to(device), s).cpu()
+            for name, f in _HALF_WITH_NUMBERS.items()
+            for s in numbers
+        }
+
+    expected = run("cpu")
+    if mode == "compiled":
+        torch._dynamo.reset()
+        run = torch.compile(run, backend="pjrt")
+    with torch_pjrt.mode("eager" if mode == "compiled" else mode):
+        got = run("pjrt")
+    differ = {
+        key: int((~((g == e) | (g.isnan() & e.isnan()) if g.is_floating_point() else g == e)).sum())
+        for key, (g, e) in ((k, (got[k], expected[k])) for k in expected)
+    }
+    assert {key: n for key, n in differ.items() if n} == {}
+
+
+@pytest.mark.parametrize("mode", ["eager", "fused"])
+def test_division_by_a_broadcast_divisor_is_rounded_once(mode):
+    """``x / s`` for a number, a 0-dim tensor, a row or a column, floor and trunc division
+    and ``addcdiv``: IEEE division, as on the CPU. XLA's simplifier made a division by a
+    broadcast value a multiplication by its reciprocal (one ulp off in 25-50% of the
+    elements)."""
+    g = torch.Generator().manual_seed(0)
+    x, row, col = (
+        torch.randn(300, 400, generator=g),
+        torch.rand(300, 1, generator=g) + 0.5,
+        torch.rand(400, generator=g) + 0.5,
+    )
+
+    def quotients(d):
+        a, r, c = x.to(d), row.to(d), col.to(d)
+        return [
+            a / 0.3,
+            a / r,
+            a / c,
+            a / r[0, 0],
+            a // 0.3,
+            torch.div(a, r, rounding_mode="trunc"),
+            torch.addcdiv(a, a, r, value=0.5),
+            0.3 / a,
+        ]
+
+    expected = quotients("cpu")
+    with torch_pjrt.mode(mode):
+        got = [t.cpu() for t in quotients("pjrt")]
+    assert [int((g != e).sum()) for g, e in zip(got, expected)] == [0] * len(expected)
+
+
 def test_index_copy_of_one_row_writes_that_row():
     """``index_copy_`` with one index (a KV cache's row) is one in-place write; the CPU's
     values for each dim, for a 0-d and a 1-d tensor too."""

@@ -27,6 +27,7 @@ __all__ = [
     "opmath",
     "promote",
     "result_type",
+    "rounded_to_common",
     "stand_in",
     "upcast",
 ]
@@ -77,9 +78,15 @@ def cast(x, dtype):
     return x if x.dtype == dtype else x.astype(dtype)
 
 
-def promote(kind=KIND.DEFAULT, n=None):
+def promote(kind=KIND.DEFAULT, n=None, opmath_scalars=False):
     """Decorator: cast the first ``n`` (all, if None) arguments to the computation dtype
     and the result to the result dtype, following ``kind``.
+
+    Where the operands' common dtype is a half type (computed in float32), each operand
+    is first rounded to it, as ATen's TensorIterator converts its inputs to the common
+    dtype: ``x_half + 0.1`` adds half(0.1). ``opmath_scalars``: the op's CPU kernel
+    reads a number (or a 0-dim tensor) at its original value in float32 instead (ATen's
+    ``original_scalar_value``: ``mul``, ``div``, ``lerp``'s weight).
 
     Example:
         >>> @lowers(aten.sin)
@@ -102,9 +109,12 @@ def promote(kind=KIND.DEFAULT, n=None):
             arrays = [v for v in values if v is not None and not isinstance(v, str)]
             _check_broadcast([v.shape for v in arrays if hasattr(v, "shape")])
             compute, result = result_type(*arrays, kind=kind)
+            store = _common_half(arrays, kind, compute, result)
             for name in promoted:
                 v = bound.get(name)
                 if v is not None and not isinstance(v, str):
+                    if store is not None and not (opmath_scalars and _is_scalar(v)):
+                        v = cast(v, store)
                     bound[name] = cast(v, compute)
             out = fn(**bound)
             return out.astype(result) if out.dtype != result else out
@@ -112,6 +122,29 @@ def promote(kind=KIND.DEFAULT, n=None):
         return lowered
 
     return wrap
+
+
+def _common_half(arrays, kind, compute, result):
+    """The half type the operands are rounded to before a float32 computation, or None."""
+    if compute != jnp.float32:
+        return None
+    if kind == KIND.ALWAYS_BOOL:  # (a comparison: the operands' common dtype)
+        result = result_type(*arrays, kind=KIND.NO_OPMATH)[1]
+    return result if is_low_float(result) else None
+
+
+def rounded_to_common(value, *operands):
+    """``value`` rounded to the operands' common dtype where that is a half type (which
+    ATen converts a Scalar argument such as ``alpha`` to), else as it is."""
+    arrays = [a for a in operands if a is not None]
+    compute, result = result_type(*arrays)
+    store = _common_half(arrays, KIND.DEFAULT, compute, result)
+    return value if store is None else cast(value, store)
+
+
+def _is_scalar(x) -> bool:
+    """A number, or a 0-dim tensor (a CPU kernel reads both as a scalar)."""
+    return isinstance(x, (bool, int, float, complex)) or x.ndim == 0
 
 
 def _check_broadcast(shapes) -> None:

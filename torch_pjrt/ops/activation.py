@@ -210,11 +210,11 @@ def hardswish_backward(grad_output, self):
     return jnp.where(self < -3, 0, jnp.where(self <= 3, inside, grad_output))
 
 
+# (ATen compares in self's type: a half self's lambd is rounded to it)
 @lowers(aten.hardshrink.default)
-@promote(n=1)
 def hardshrink(self, lambd=0.5):
     lambd = scalar(lambd, self.dtype)
-    return jnp.where((self >= -lambd) & (self <= lambd), 0, self)
+    return jnp.where((self >= -lambd) & (self <= lambd), jnp.zeros((), self.dtype), self)
 
 
 @lowers(aten.hardshrink_backward.default)

@@ -3,6 +3,7 @@ maximum, lerp, addcmul...), ``fill`` and ``zero``."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax.numpy as jnp
@@ -11,7 +12,7 @@ import torch
 from jax import lax
 
 from torch_pjrt.ops._helpers import is_bool, is_float, scalar, unsupported
-from torch_pjrt.ops._promote import KIND, cast, promote, result_type
+from torch_pjrt.ops._promote import KIND, cast, promote, result_type, rounded_to_common
 from torch_pjrt.ops.registry import dtype_of, lowers, number_result_type, refusal
 from torch_pjrt.ops.scalar_fits import check_fits
 from torch_pjrt.runtime import asserts
@@ -23,8 +24,19 @@ aten = torch.ops.aten
 
 
 @lowers(aten.add.Tensor, aten.add.Scalar)
-@promote(n=2)
 def add(self, other, alpha=1):
+    return _add(self=self, other=other, alpha=_alpha(alpha, self, other))
+
+
+def _alpha(alpha, self, other):
+    # ATen converts alpha to the operands' common dtype: a half type rounds it
+    if isinstance(alpha, (int, float)) and alpha == 1:
+        return alpha
+    return rounded_to_common(alpha, self, other)
+
+
+@promote(n=2)
+def _add(self, other, alpha=1):
     if not (isinstance(alpha, (int, float)) and alpha == 1):
         other = other * jnp.asarray(alpha, other.dtype)
     return self + other
@@ -51,7 +63,7 @@ def sub(self, other, alpha=1):
                 "are trying to invert a mask, use the `~` or `logical_not()` operator instead."
             )
         )
-    return _sub(self=self, other=other, alpha=alpha)
+    return _sub(self=self, other=other, alpha=_alpha(alpha, self, other))
 
 
 @promote(n=2)
@@ -67,7 +79,7 @@ def rsub(self, other, alpha=1):
 
 
 @lowers(aten.mul.Tensor, aten.mul.Scalar)
-@promote()
+@promote(opmath_scalars=True)
 def mul(self, other):
     if is_bool(self):
         return self & other
@@ -91,8 +103,21 @@ def zero(self):
     return jnp.zeros(self.shape, self.dtype)
 
 
+def divisible(a, b):
+    """``a`` and ``b`` broadcast to one shape, for ``a / b`` rounded once as ATen divides.
+    XLA's simplifier turns a division by a broadcast value (a number, a row) into a
+    multiplication by its reciprocal: two roundings, one ulp off in about a quarter of
+    the elements. A broadcast float divisor goes through an optimization barrier, which
+    hides the broadcast from the simplifier and is dropped after it (the division still
+    fuses with the broadcast; nothing is materialised)."""
+    shape = jnp.broadcast_shapes(jnp.shape(a), jnp.shape(b))
+    if jnp.shape(b) != shape and jnp.issubdtype(jnp.result_type(b), jnp.inexact):
+        return jnp.broadcast_to(a, shape), lax.optimization_barrier(jnp.broadcast_to(b, shape))
+    return jnp.broadcast_arrays(a, b)
+
+
 def _floor_divide(a, b):
-    a, b = jnp.broadcast_arrays(a, b)
+    a, b = divisible(a, b)
     if is_float(a):
         # ATen's div_floor_floating, so that results agree with the CPU bit for bit
         mod = jnp.fmod(a, b)
@@ -109,7 +134,7 @@ def _floor_divide(a, b):
 
 
 def _trunc_divide(a, b):
-    a, b = jnp.broadcast_arrays(a, b)
+    a, b = divisible(a, b)
     if is_float(a):
         return jnp.trunc(a / b)
     _check_divisor(b)
@@ -123,8 +148,9 @@ def _check_divisor(b) -> None:
 
 
 @lowers(aten.div.Tensor, aten.div.Scalar)
-@promote(KIND.INT_TO_FLOAT)
+@promote(KIND.INT_TO_FLOAT, opmath_scalars=True)
 def div(self, other):
+    self, other = divisible(self, other)
     return self / other
 
 
@@ -143,7 +169,7 @@ def div_mode(self, other, rounding_mode=None):
 
 
 @lowers(aten.floor_divide.default, aten.floor_divide.Scalar)
-@promote()
+@promote(opmath_scalars=True)
 def floor_divide(self, other):
     if is_bool(self):
         raise unsupported("div_floor", self)
@@ -280,8 +306,20 @@ def logaddexp2(self, other):
     return jnp.where(jnp.isinf(self) & (self == other), self, out)
 
 
+def _in_result_type(fn):
+    """ATen's kernels of these ops compute in the result type: for a half type each step
+    rounds to it (the log, then the product)."""
+
+    @functools.wraps(fn)
+    def lowered(self, other):
+        result = result_type(self, other, kind=KIND.INT_TO_FLOAT)[1]
+        return fn(cast(self, result), cast(other, result))
+
+    return lowered
+
+
 @lowers(aten.xlogy.Tensor, aten.xlogy.Scalar_Self, aten.xlogy.Scalar_Other)
-@promote(KIND.INT_TO_FLOAT)
+@_in_result_type
 def xlogy(self, other):
     out = jnp.where(self == 0, jnp.zeros_like(self * other), self * jnp.log(other))
     return jnp.where(jnp.isnan(other), other, out)
@@ -292,7 +330,7 @@ def xlogy(self, other):
     aten.special_xlog1py.self_scalar,
     aten.special_xlog1py.other_scalar,
 )
-@promote(KIND.INT_TO_FLOAT)
+@_in_result_type
 def special_xlog1py(self, other):
     out = jnp.where(self == 0, jnp.zeros_like(self * other), self * jnp.log1p(other))
     return jnp.where(jnp.isnan(other), other, out)
@@ -371,7 +409,7 @@ def heaviside(self, values):
 
 
 @lowers(aten.lerp.Scalar, aten.lerp.Tensor, fits=("weight",), fits_result=True)
-@promote()
+@promote(opmath_scalars=True)
 def lerp(self, end, weight):
     diff = end - self
     return jnp.where(jnp.abs(weight) < 0.5, self + weight * diff, end - diff * (1 - weight))
@@ -397,4 +435,5 @@ def addcdiv(self, tensor1, tensor2, value=1):
             "tensor2) for float inputs. The future addcdiv behavior is just the latter "
             "implementation: (input + value * tensor1 / tensor2), for all dtypes."
         )
+    tensor1, tensor2 = divisible(tensor1, tensor2)
     return self + scalar(value, self.dtype) * (tensor1 / tensor2)

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import torch
 
 from torch_pjrt.ops._helpers import check, default_dtype, dtype_name
-from torch_pjrt.ops._promote import result_type
+from torch_pjrt.ops._promote import opmath, result_type, upcast
 from torch_pjrt.ops.registry import implements, lowers, pjrt_generator
 from torch_pjrt.ops.registry import lowers_in_graphs as in_graphs
 from torch_pjrt.runtime import asserts
@@ -319,9 +319,9 @@ def rrelu_with_noise_functional(
     self, noise, lower=0.125, upper=1.0 / 3.0, training=False, generator=None, *, key
 ):
     _check_generator(generator)
-    if not training:
-        slope = jnp.asarray((lower + upper) / 2).astype(self.dtype)
-        return jnp.where(self > 0, self, self * slope), noise
+    if not training:  # leaky_relu with the mean slope, read in float32 for a half self
+        slope = jnp.asarray((lower + upper) / 2).astype(opmath(self.dtype))
+        return jnp.where(self > 0, self, (upcast(self) * slope).astype(self.dtype)), noise
     slope = jax.random.uniform(key, self.shape, _float_dtype(self.dtype), lower, upper)
     slope = slope.astype(self.dtype)
     negative = self <= 0
