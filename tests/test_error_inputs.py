@@ -270,6 +270,31 @@ _REFUSED = {
     # (the exponent converts to an integer or half result type)
     "pow int8 ** 300": lambda d: torch.tensor([1], dtype=torch.int8, device=d) ** 300,
     "pow half ** 1e5": lambda d: torch.tensor([1.0], dtype=torch.half, device=d) ** 1e5,
+    # (dtypes without a CPU kernel: pjrt computed, or crashed for gcd of bools)
+    "heaviside of two dtypes": lambda d: torch.heaviside(
+        torch.tensor([1, 0], device=d), torch.tensor([0.5], device=d)
+    ),
+    "hypot ints": lambda d: torch.hypot(torch.tensor([3], device=d), torch.tensor([4], device=d)),
+    "logaddexp bools": lambda d: torch.logaddexp(
+        torch.tensor([True], device=d), torch.tensor([False], device=d)
+    ),
+    "logaddexp2 uint8": lambda d: torch.logaddexp2(
+        torch.ones(2, dtype=torch.uint8, device=d), torch.ones(2, dtype=torch.uint8, device=d)
+    ),
+    "softmax ints, last dim": lambda d: torch.softmax(torch.tensor([1, 2], device=d), 0),
+    "log_softmax ints, first dim": lambda d: torch.log_softmax(
+        torch.ones(2, 3, dtype=torch.int32, device=d), 0
+    ),
+    "ceil bool": lambda d: torch.ceil(torch.tensor([True], device=d)),
+    "round bool": lambda d: torch.round(torch.tensor([True], device=d)),
+    "round bool decimals": lambda d: torch.round(torch.tensor([True], device=d), decimals=1),
+    "argmax bool": lambda d: torch.argmax(torch.tensor([True, False], device=d)),
+    "argmin bool dim": lambda d: torch.argmin(torch.tensor([True, False], device=d), 0),
+    "relu bool": lambda d: torch.relu(torch.tensor([True], device=d)),
+    "gcd bools": lambda d: torch.gcd(
+        torch.tensor([True], device=d), torch.tensor([True], device=d)
+    ),
+    "lcm floats": lambda d: torch.lcm(torch.ones(2, device=d), torch.ones(2, device=d)),
     # (no bool kernels: pjrt computed)
     "pow bool tensors": lambda d: torch.tensor([True], device=d) ** torch.tensor([True], device=d),
     "pow True bool tensor": lambda d: torch.pow(True, torch.tensor([False], device=d)),

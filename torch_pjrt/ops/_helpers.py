@@ -39,9 +39,12 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(torch.empty((), dtype=dtype, device="meta").type()).split(".")[-1][:-6]
 
 
-def unsupported(op: str, x) -> NotImplementedError:
+def unsupported(op: str, x, cpu: bool = True) -> NotImplementedError:
+    """CPU PyTorch's refusal of a dtype its kernel ``op`` (``"{op}_cpu"`` where ``cpu``)
+    has no instance for."""
     name = dtype_name(torch_dtype(x.dtype))
-    return refusal(NotImplementedError(f"\"{op}_cpu\" not implemented for '{name}'"))
+    kernel = f"{op}_cpu" if cpu else op
+    return refusal(NotImplementedError(f"\"{kernel}\" not implemented for '{name}'"))
 
 
 def check(ok: bool, message, error: type = RuntimeError) -> None:

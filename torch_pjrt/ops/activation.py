@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from torch_pjrt.ops._helpers import is_bool, scalar, unsupported
+from torch_pjrt.ops._helpers import check, is_bool, is_float, scalar, unsupported
 from torch_pjrt.ops._promote import in_opmath, promote, upcast
 from torch_pjrt.ops.registry import lowers
 from torch_pjrt.runtime.transfer import jax_dtype as _jax_dtype
@@ -23,8 +23,7 @@ aten = torch.ops.aten
 
 @lowers(aten.relu.default)
 def relu(self):
-    if is_bool(self):
-        raise unsupported("clamp_min_scalar", self)
+    check(not is_bool(self), "Boolean inputs not supported for relu")
     return jnp.maximum(self, jnp.zeros((), self.dtype))
 
 
@@ -268,8 +267,18 @@ def _softmax_like(fn, self, dim, half_to_float):
     return fn(upcast(self), axis=_dim(dim, self.ndim)).astype(out_dtype)
 
 
+def _softmax_kernel(name, self, dim):
+    # ATen's CPU softmax kernels are for floating types (a dtype= argument converts first)
+    if not is_float(self):
+        last = self.ndim <= 1 or _dim(dim, self.ndim) == self.ndim - 1
+        raise unsupported(
+            f"{name}_lastdim_kernel_impl" if last else f"{name}_kernel_impl", self, cpu=False
+        )
+
+
 @lowers(aten._softmax.default)
 def _softmax(self, dim, half_to_float):
+    _softmax_kernel("softmax", self, dim)
     return _softmax_like(jax.nn.softmax, self, dim, half_to_float)
 
 
@@ -294,6 +303,7 @@ def _safe_softmax(self, dim, dtype=None):
 
 @lowers(aten._log_softmax.default)
 def _log_softmax(self, dim, half_to_float):
+    _softmax_kernel("log_softmax", self, dim)
     return _softmax_like(jax.nn.log_softmax, self, dim, half_to_float)
 
 

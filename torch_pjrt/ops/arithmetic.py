@@ -11,7 +11,7 @@ import jax.scipy.special as jsp
 import torch
 from jax import lax
 
-from torch_pjrt.ops._helpers import is_bool, is_float, scalar, unsupported
+from torch_pjrt.ops._helpers import check, is_bool, is_float, scalar, unsupported
 from torch_pjrt.ops._promote import KIND, cast, promote, result_type, rounded_to_common
 from torch_pjrt.ops.registry import dtype_of, lowers, number_result_type, refusal
 from torch_pjrt.ops.scalar_fits import check_fits
@@ -267,8 +267,24 @@ def atan2(self, other):
     return jnp.arctan2(self, other)
 
 
+def _floats_only(name):
+    """ATen's CPU kernel of ``name`` exists for floating types only: an integer or bool
+    common dtype is refused in its words."""
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def lowered(self, other):
+            if not is_float(self):
+                raise unsupported(name, self)
+            return fn(self, other)
+
+        return promote()(lowered)
+
+    return wrap
+
+
 @lowers(aten.hypot.default)
-@promote()
+@_floats_only("hypot")
 def hypot(self, other):
     return jnp.hypot(self, other)
 
@@ -291,7 +307,7 @@ def ldexp(self, other):
 
 
 @lowers(aten.logaddexp.default)
-@promote()
+@_floats_only("logaddexp")
 def logaddexp(self, other):
     m = jnp.maximum(self, other)
     out = m + jnp.log1p(jnp.exp(-jnp.abs(self - other)))
@@ -299,7 +315,7 @@ def logaddexp(self, other):
 
 
 @lowers(aten.logaddexp2.default)
-@promote()
+@_floats_only("logaddexp2")
 def logaddexp2(self, other):
     m = jnp.maximum(self, other)
     out = m + jnp.log1p(jnp.exp2(-jnp.abs(self - other))) / math.log(2)
@@ -369,12 +385,16 @@ def mvlgamma(self, p):
 @lowers(aten.gcd.default)
 @promote()
 def gcd(self, other):
+    if is_bool(self) or is_float(self):  # (integers only)
+        raise unsupported("gcd", self)
     return jnp.gcd(self, other)
 
 
 @lowers(aten.lcm.default)
 @promote()
 def lcm(self, other):
+    if is_bool(self) or is_float(self):
+        raise unsupported("lcm", self)
     return jnp.lcm(self, other)
 
 
@@ -403,8 +423,11 @@ def fmin(self, other):
 
 
 @lowers(aten.heaviside.default)
-@promote()
 def heaviside(self, values):
+    check(
+        self.dtype == values.dtype,
+        "heaviside is not yet implemented for tensors with different dtypes.",
+    )
     return jnp.where(self == 0, values, (self > 0).astype(self.dtype))
 
 

@@ -10,6 +10,7 @@ from torch_pjrt.ops._helpers import (
     check,
     dtype_name,
     from_last,
+    is_bool,
     is_float,
     maybe_wrap_dim,
     to_last,
@@ -212,11 +213,13 @@ def _argextreme(x, dim, keepdim, largest):
 
 @lowers(aten.argmax.default)
 def argmax(self, dim=None, keepdim=False):
+    check(not is_bool(self), "argmax(): does not support bool input")
     return _argextreme(self, dim, keepdim, largest=True)
 
 
 @lowers(aten.argmin.default)
 def argmin(self, dim=None, keepdim=False):
+    check(not is_bool(self), "argmin(): does not support bool input")
     return _argextreme(self, dim, keepdim, largest=False)
 
 

@@ -117,6 +117,8 @@ def sign(self):
 
 def _rounding(name, fn):
     def lowered(self):
+        if is_bool(self):  # (integers are returned as they are)
+            raise unsupported(f"{name}_vml", self)
         return fn(self) if is_float(self) else self
 
     lowered.__name__ = name
@@ -131,8 +133,8 @@ for _packet, _fn in ((aten.floor, jnp.floor), (aten.ceil, jnp.ceil), (aten.trunc
 @in_opmath
 def round(self, decimals=0):
     if not is_float(self):
-        if decimals:
-            raise unsupported("round", self)
+        if decimals or is_bool(self):
+            raise unsupported("round" if decimals else "round_vml", self)
         return self
     if decimals == 0:
         return jnp.round(self)
