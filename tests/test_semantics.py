@@ -417,8 +417,8 @@ def test_half_tensors_with_numbers_round_as_on_cpu(dtype, mode):
 
 @pytest.mark.parametrize("mode", ["eager", "fused"])
 def test_division_by_a_broadcast_divisor_is_rounded_once(mode):
-    """``x / s`` for a number, a 0-dim tensor, a row or a column, floor and trunc division
-    and ``addcdiv``: IEEE division, as on the CPU. XLA's simplifier made a division by a
+    """``x / s`` for a number, a 0-dim tensor, a row or a column, floor and trunc division,
+    ``addcdiv`` and ``round(decimals=)``: IEEE division, as on the CPU. XLA's simplifier made a division by a
     broadcast value a multiplication by its reciprocal (one ulp off in 25-50% of the
     elements)."""
     g = torch.Generator().manual_seed(0)
@@ -439,6 +439,8 @@ def test_division_by_a_broadcast_divisor_is_rounded_once(mode):
             torch.div(a, r, rounding_mode="trunc"),
             torch.addcdiv(a, a, r, value=0.5),
             0.3 / a,
+            torch.round(a, decimals=2),
+            torch.round(a * 100, decimals=-1),
         ]
 
     expected = quotients("cpu")

@@ -11,6 +11,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import torch
+from jax import lax
 
 from torch_pjrt.device.tensor import read
 from torch_pjrt.ops._promote import cast
@@ -195,3 +196,16 @@ def check_index(index, size: int, message: str, error=IndexError, negative=True)
 def out_of_bounds(dim: int, size: int) -> str:
     """CPU PyTorch's message for an index out of a dim's bounds (``{}``: the index)."""
     return f"index {{}} is out of bounds for dimension {dim} with size {size}"
+
+
+def divisible(a, b):
+    """``a`` and ``b`` broadcast to one shape, for ``a / b`` rounded once as ATen divides.
+    XLA's simplifier turns a division by a broadcast value (a number, a row) into a
+    multiplication by its reciprocal: two roundings, one ulp off in about a quarter of
+    the elements. A broadcast float divisor goes through an optimization barrier, which
+    hides the broadcast from the simplifier and is dropped after it (the division still
+    fuses with the broadcast; nothing is materialised)."""
+    shape = jnp.broadcast_shapes(jnp.shape(a), jnp.shape(b))
+    if jnp.shape(b) != shape and jnp.issubdtype(jnp.result_type(b), jnp.inexact):
+        return jnp.broadcast_to(a, shape), lax.optimization_barrier(jnp.broadcast_to(b, shape))
+    return jnp.broadcast_arrays(a, b)

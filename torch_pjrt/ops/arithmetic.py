@@ -11,7 +11,7 @@ import jax.scipy.special as jsp
 import torch
 from jax import lax
 
-from torch_pjrt.ops._helpers import check, is_bool, is_float, scalar, unsupported
+from torch_pjrt.ops._helpers import check, divisible, is_bool, is_float, scalar, unsupported
 from torch_pjrt.ops._promote import KIND, cast, promote, result_type, rounded_to_common
 from torch_pjrt.ops.registry import dtype_of, lowers, number_result_type, refusal
 from torch_pjrt.ops.scalar_fits import check_fits
@@ -101,19 +101,6 @@ def fill_tensor(self, value):
 @lowers(aten.zero.default)
 def zero(self):
     return jnp.zeros(self.shape, self.dtype)
-
-
-def divisible(a, b):
-    """``a`` and ``b`` broadcast to one shape, for ``a / b`` rounded once as ATen divides.
-    XLA's simplifier turns a division by a broadcast value (a number, a row) into a
-    multiplication by its reciprocal: two roundings, one ulp off in about a quarter of
-    the elements. A broadcast float divisor goes through an optimization barrier, which
-    hides the broadcast from the simplifier and is dropped after it (the division still
-    fuses with the broadcast; nothing is materialised)."""
-    shape = jnp.broadcast_shapes(jnp.shape(a), jnp.shape(b))
-    if jnp.shape(b) != shape and jnp.issubdtype(jnp.result_type(b), jnp.inexact):
-        return jnp.broadcast_to(a, shape), lax.optimization_barrier(jnp.broadcast_to(b, shape))
-    return jnp.broadcast_arrays(a, b)
 
 
 def _floor_divide(a, b):

@@ -11,7 +11,7 @@ import jax.scipy.special as jsp
 import torch
 from jax import lax
 
-from torch_pjrt.ops._helpers import check, dtype_name, is_bool, is_float, unsupported
+from torch_pjrt.ops._helpers import check, divisible, dtype_name, is_bool, is_float, unsupported
 from torch_pjrt.ops._promote import KIND, in_opmath, promote
 from torch_pjrt.ops.registry import lowers
 from torch_pjrt.runtime.transfer import torch_dtype
@@ -141,8 +141,8 @@ def round(self, decimals=0):
     # ATen scales by 10**|decimals| the same way, so that rounding errors agree
     ten_pow = jnp.asarray(10.0 ** (decimals if decimals > 0 else -decimals), self.dtype)
     if decimals > 0:
-        return jnp.round(self * ten_pow) / ten_pow
-    return jnp.round(self / ten_pow) * ten_pow
+        return jnp.divide(*divisible(jnp.round(self * ten_pow), ten_pow))
+    return jnp.round(jnp.divide(*divisible(self, ten_pow))) * ten_pow
 
 
 @lowers(aten.frac.default)
