@@ -418,9 +418,9 @@ def test_half_tensors_with_numbers_round_as_on_cpu(dtype, mode):
 @pytest.mark.parametrize("mode", ["eager", "fused"])
 def test_division_by_a_broadcast_divisor_is_rounded_once(mode):
     """``x / s`` for a number, a 0-dim tensor, a row or a column, floor and trunc division,
-    ``addcdiv`` and ``round(decimals=)``: IEEE division, as on the CPU. XLA's simplifier made a division by a
-    broadcast value a multiplication by its reciprocal (one ulp off in 25-50% of the
-    elements)."""
+    ``addcdiv`` and ``round(decimals=)``: IEEE division, as on the CPU. XLA's simplifier
+    made a division by a broadcast value a multiplication by its reciprocal (one ulp off
+    in 25-50% of the elements)."""
     g = torch.Generator().manual_seed(0)
     x, row, col = (
         torch.randn(300, 400, generator=g),

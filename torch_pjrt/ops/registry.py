@@ -656,7 +656,8 @@ def _to_meta(x):
 
 def meta_error(op: OpOverload, args, kwargs) -> Exception | None:
     """The exception PyTorch's Meta kernel of ``op`` raises for these arguments (run on
-    meta copies of them), or None: it accepts them, or it cannot tell. A Meta kernel that
+    meta copies of them), or None: it accepts them, it cannot tell, or the CPU kernel
+    accepts what it refuses (``_in_cpu_words``). A Meta kernel that
     cannot tell raises NotImplementedError (there is none, or its result depends on
     values: ``nonzero``) or says that it needs values ("cannot repeat_interleave a meta
     tensor without output_size", "Tensor.item() cannot be called on meta tensors")."""
@@ -677,7 +678,9 @@ def _in_cpu_words(op: OpOverload, args, kwargs, exc: Exception) -> Exception:
     """``exc``, the Meta kernel's refusal of these arguments, as the CPU kernel words it:
     the op run on CPU stand-ins of the arguments (zeros of the pjrt tensors' shapes,
     strides and dtypes; copies of CPU tensors) when that raises an exception of the same
-    type whose message does not name the CPU (a kernel's name, a device); else ``exc``.
+    type whose message does not name the CPU (a kernel's name, a device); None when the
+    CPU computes them (a Meta kernel stricter than the CPU's: ``x << bool_tensor``); else
+    ``exc``.
     Meta kernels check what the CPU kernels check, in their own words ("a and b must
     have same reduction dim" where the CPU, and CUDA, say "mat1 and mat2 shapes cannot
     be multiplied (2x3 and 2x3)"); users compare our errors with theirs."""
@@ -704,7 +707,9 @@ def _in_cpu_words(op: OpOverload, args, kwargs, exc: Exception) -> Exception:
     except Exception as cpu_exc:  # noqa: BLE001  (the CPU's refusal, or no stand-in)
         if type(cpu_exc) is type(exc) and "cpu" not in str(cpu_exc).lower():
             return cpu_exc.with_traceback(None)
-    return exc
+        return exc
+    # the CPU computes what the Meta kernel refuses (a bool shift amount): as the CPU
+    return None
 
 
 def refusal(exc: Exception) -> Exception:
