@@ -298,8 +298,11 @@ def _arg_signature(op: OpOverload) -> tuple:
 
 
 def inplace_variant(op: OpOverload) -> OpOverload | None:
-    """The ``op_`` overload with the same arguments as ``op`` (names and types)."""
-    packet = getattr(aten, op._schema.name.split("::")[1] + "_", None)
+    """The ``op_`` overload with the same arguments as ``op`` (names and types); an
+    operator's is ``__iop__`` (``x <<= s`` calls ``__ilshift__``)."""
+    name = op._schema.name.split("::")[1]
+    dunder = name.startswith("__") and name.endswith("__")
+    packet = getattr(aten, f"__i{name[2:]}" if dunder else name + "_", None)
     if packet is None:
         return None
     want = _arg_signature(op)
