@@ -117,8 +117,8 @@ def lowers(
             some of the op's arguments by name (Python numbers as given; a tensor as a
             torch tensor or a JAX array, :func:`dtype_of` reads either's dtype) that
             raises PyTorch's error (``pow``'s negative integer exponent of an integer
-            tensor). Made on the host before every call, eager,
-            fused and compiled (:class:`HostCheck`).
+            tensor). Made on the host before every call, eager, fused and compiled
+            (:class:`HostCheck`).
 
     A lowering may return None for an output the op leaves undefined (``output_mask``).
 
