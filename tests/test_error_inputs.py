@@ -304,6 +304,33 @@ _REFUSED = {
         torch.tensor([True], device=d), torch.tensor([True], device=d)
     ),
     "lcm floats": lambda d: torch.lcm(torch.ones(2, device=d), torch.ones(2, device=d)),
+    "std ints": lambda d: torch.tensor([1, 2], device=d).std(),
+    "var_mean ints": lambda d: torch.var_mean(torch.tensor([1, 2], device=d)),
+    "logcumsumexp ints": lambda d: torch.tensor([1, 2], device=d).logcumsumexp(0),
+    "histc ints": lambda d: torch.histc(torch.tensor([1, 2], device=d), 3),
+    "histc bools": lambda d: torch.histc(torch.tensor([True], device=d), 3),
+    "bincount floats": lambda d: torch.tensor([1.0], device=d).bincount(),
+    "argmax of nothing": lambda d: torch.ones(0, device=d).argmax(),
+    "median bools": lambda d: torch.tensor([True, False], device=d).median(),
+    "nanmedian bools dim": lambda d: torch.tensor([[True, False]], device=d).nanmedian(1),
+    "kthvalue bools": lambda d: torch.tensor([True, False], device=d).kthvalue(1),
+    "topk bools": lambda d: torch.tensor([True, False], device=d).topk(1),
+    "trace bools": lambda d: torch.ones(2, 2, dtype=torch.bool, device=d).trace(),
+    "mm bools": lambda d: (
+        torch.ones(2, 2, dtype=torch.bool, device=d) @ torch.ones(2, 2, dtype=torch.bool, device=d)
+    ),
+    "dot bools": lambda d: torch.ones(2, dtype=torch.bool, device=d).dot(
+        torch.ones(2, dtype=torch.bool, device=d)
+    ),
+    "bmm bools": lambda d: torch.bmm(
+        torch.ones(1, 2, 2, dtype=torch.bool, device=d),
+        torch.ones(1, 2, 2, dtype=torch.bool, device=d),
+    ),
+    "addmv bools": lambda d: torch.addmv(
+        torch.ones(2, dtype=torch.bool, device=d),
+        torch.ones(2, 2, dtype=torch.bool, device=d),
+        torch.ones(2, dtype=torch.bool, device=d),
+    ),
     # (no bool kernels: pjrt computed)
     "pow bool tensors": lambda d: torch.tensor([True], device=d) ** torch.tensor([True], device=d),
     "pow True bool tensor": lambda d: torch.pow(True, torch.tensor([False], device=d)),

@@ -8,7 +8,15 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from torch_pjrt.ops._helpers import check, run_jitted, spaced
+from torch_pjrt.ops._helpers import (
+    check,
+    dtype_name,
+    is_bool,
+    is_float,
+    run_jitted,
+    spaced,
+    unsupported,
+)
 from torch_pjrt.ops._promote import is_low_float
 from torch_pjrt.ops.registry import Kernel, Lowering, implements, lowers
 from torch_pjrt.ops.variants import resize_output
@@ -102,6 +110,8 @@ def _as_rows(self, columns: int):
 
 @lowers(aten.histc.default)
 def histc(self, bins=100, min=0, max=0):
+    if not is_float(self):  # (the CPU's kernels: its bins' linspace, then the histogram)
+        raise unsupported("linspace" if is_bool(self) else "histogram", self)
     lo, hi = jnp.asarray(min, jnp.float64), jnp.asarray(max, jnp.float64)
     if self.size:
         data_lo, data_hi = jnp.min(self).astype(jnp.float64), jnp.max(self).astype(jnp.float64)
@@ -202,7 +212,10 @@ _BINCOUNT = Kernel(aten.bincount.default, Lowering(_bincount_lowering))
 
 @implements(aten.bincount.default)
 def bincount(self, weights=None, minlength=0):
-    if self.dim() != 1 or self.is_floating_point() or self.is_complex():
+    if self.is_floating_point() or self.is_complex():
+        name = dtype_name(self.dtype)
+        raise NotImplementedError(f"\"bincount_cpu\" not implemented for '{name}'")
+    if self.dim() != 1:
         raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
     if weights is not None and (weights.dim() != 1 or weights.shape[0] != self.shape[0]):
         raise RuntimeError("weights should be 1-d and have the same length as input")

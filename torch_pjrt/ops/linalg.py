@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
+from torch_pjrt.ops._helpers import is_bool, unsupported
 from torch_pjrt.ops._promote import opmath as _acc_dtype
 from torch_pjrt.ops._promote import promote
 from torch_pjrt.ops.registry import lowers
@@ -71,53 +72,68 @@ def _add_scaled(self, product, beta, alpha, dtype):
     return (out + term).astype(dtype)
 
 
+def _no_bool(x, kernel: str) -> None:
+    # CPU PyTorch's matrix products have no bool kernels (addr, outer and kron have)
+    if is_bool(x):
+        raise unsupported(kernel, x, cpu=False)
+
+
 @lowers(aten.mm.default)
 def mm(self, mat2):
+    _no_bool(self, "addmm_impl_cpu_")
     _check_same_dtype(self, mat2, "self and mat2 must have the same dtype")
     return matmul_acc(self, mat2).astype(self.dtype)
 
 
 @lowers(aten.bmm.default)
 def bmm(self, mat2):
+    _no_bool(self, "bmm")
     _check_same_dtype(self, mat2, "expected scalar type")
     return matmul_acc(self, mat2).astype(self.dtype)
 
 
 @lowers(aten.mv.default)
 def mv(self, vec):
+    _no_bool(self, "addmv_impl_cpu")
     return matmul_acc(self, vec).astype(self.dtype)
 
 
 @lowers(aten.dot.default)
 def dot(self, tensor):
+    _no_bool(self, "dot")
     _check_same_dtype(self, tensor, "dot : expected both vectors to have same dtype")
     return matmul_acc(self, tensor).astype(self.dtype)
 
 
 @lowers(aten.vdot.default)
 def vdot(self, other):
+    _no_bool(self, "dot")
     _check_same_dtype(self, other, "vdot : expected both vectors to have same dtype")
     return matmul_acc(jnp.conj(self), other).astype(self.dtype)
 
 
 @lowers(aten.addmm.default)
 def addmm(self, mat1, mat2, beta=1, alpha=1):
+    _no_bool(mat1, "addmm_impl_cpu_")
     _check_same_dtype(mat1, mat2)
     return _add_scaled(self, matmul_acc(mat1, mat2), beta, alpha, mat1.dtype)
 
 
 @lowers(aten.addmv.default)
 def addmv(self, mat, vec, beta=1, alpha=1):
+    _no_bool(mat, "addmv_impl_cpu")
     return _add_scaled(self, matmul_acc(mat, vec), beta, alpha, mat.dtype)
 
 
 @lowers(aten.baddbmm.default)
 def baddbmm(self, batch1, batch2, beta=1, alpha=1):
+    _no_bool(batch1, "baddbmm")
     return _add_scaled(self, matmul_acc(batch1, batch2), beta, alpha, batch1.dtype)
 
 
 @lowers(aten.addbmm.default)
 def addbmm(self, batch1, batch2, beta=1, alpha=1):
+    _no_bool(batch1, "addmm_impl_cpu_")
     return _add_scaled(self, einsum_acc("bij,bjk->ik", batch1, batch2), beta, alpha, batch1.dtype)
 
 

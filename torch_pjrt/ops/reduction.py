@@ -14,6 +14,7 @@ from torch_pjrt.ops._helpers import (
     is_float,
     maybe_wrap_dim,
     to_last,
+    unsupported,
 )
 from torch_pjrt.ops._promote import KIND, result_type
 from torch_pjrt.ops.registry import lowers
@@ -203,8 +204,9 @@ def min_dim(self, dim, keepdim=False):
 
 def _argextreme(x, dim, keepdim, largest):
     if dim is None:
-        if x.size == 0:
-            raise RuntimeError("Expected reduction dim to be specified for input.numel() == 0.")
+        name = "argmax" if largest else "argmin"
+        message = f"{name}(): Expected reduction dim to be specified for input.numel() == 0."
+        check(x.size != 0, message, IndexError)
         i = _arg_extreme(x.reshape(-1), 0, largest)
         return i.reshape((1,) * x.ndim) if keepdim else i
     v = to_last(x, dim)
@@ -241,9 +243,8 @@ def all(self, dim=None, keepdim=False):
 # --- statistics ---------------------------------------------------------------------
 
 
-def _var_mean(x, dim, correction, keepdim):
-    if not is_float(x):
-        raise RuntimeError("std and var only support floating point and complex dtypes")
+def _var_mean(x, dim, correction, keepdim, name="std and var"):
+    check(is_float(x), f"{name} only support floating point and complex dtypes")
     axes = _axes(dim, x.ndim)
     n = _count(x.shape, axes)
     acc = x.astype(_acc(x.dtype))
@@ -270,13 +271,13 @@ def std(self, dim=None, correction=None, keepdim=False):
 
 @lowers(aten.var_mean.correction)
 def var_mean(self, dim=None, correction=None, keepdim=False):
-    v, m = _var_mean(self, dim, correction, keepdim)
+    v, m = _var_mean(self, dim, correction, keepdim, "var_mean")
     return v.astype(self.dtype), m.astype(self.dtype)
 
 
 @lowers(aten.std_mean.correction)
 def std_mean(self, dim=None, correction=None, keepdim=False):
-    v, m = _var_mean(self, dim, correction, keepdim)
+    v, m = _var_mean(self, dim, correction, keepdim, "std_mean")
     return jnp.sqrt(v).astype(self.dtype), m.astype(self.dtype)
 
 
@@ -367,6 +368,8 @@ def cumprod(self, dim, dtype=None):
 
 @lowers(aten.logcumsumexp.default, aten._logcumsumexp.default)
 def logcumsumexp(self, dim):
+    if not is_float(self):
+        raise unsupported("logcumsumexp_out", self)
     x = self.astype(_acc(self.dtype))
     if self.ndim == 0:
         return self
@@ -404,6 +407,8 @@ def cummin(self, dim):
 
 @lowers(aten.trace.default)
 def trace(self):
+    if is_bool(self):
+        raise unsupported("trace", self, cpu=False)
     out = _int_to_long(self, None)
     return jnp.trace(self.astype(_acc(out))).astype(out)
 

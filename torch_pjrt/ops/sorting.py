@@ -13,9 +13,11 @@ from torch_pjrt.ops._helpers import (
     check,
     dtype_name,
     from_last,
+    is_bool,
     is_float,
     maybe_wrap_dim,
     to_last,
+    unsupported,
 )
 from torch_pjrt.ops._promote import cast, result_type
 from torch_pjrt.ops.registry import lowers
@@ -59,6 +61,7 @@ def sort(self, dim=-1, descending=False, stable=None):
 
 @lowers(aten.topk.default)
 def topk(self, k, dim=-1, largest=True, sorted=True):
+    check(not is_bool(self), "topk does not support bool dtypes on CPU")
     v = to_last(self, dim)
     if not 0 <= k <= v.shape[-1]:
         raise RuntimeError("selected index k out of range")
@@ -74,6 +77,8 @@ def _pick(values, indices, pos):
 
 @lowers(aten.kthvalue.default)
 def kthvalue(self, k, dim=-1, keepdim=False):
+    if is_bool(self):
+        raise unsupported("kthvalue", self)
     v = to_last(self, dim)
     if not 1 <= k <= v.shape[-1]:
         raise IndexError(f"kthvalue(): selected number k out of range for dimension {dim}")
@@ -98,6 +103,8 @@ def _median_last(v, ignore_nan):
 
 
 def _median(self, ignore_nan):
+    if is_bool(self):  # (nanmedian's CPU kernels are median's)
+        raise unsupported("median", self)
     if self.size == 0:
         return jnp.full((), jnp.nan, self.dtype)
     val, _ = _median_last(self.reshape(1, -1), ignore_nan)
@@ -105,6 +112,8 @@ def _median(self, ignore_nan):
 
 
 def _median_dim(self, dim, keepdim, ignore_nan):
+    if is_bool(self):
+        raise unsupported("median_out", self, cpu=False)
     v = to_last(self, dim)
     if v.shape[-1] == 0:
         raise IndexError(f"median(): Expected reduction dim {dim} to have non-zero size.")
