@@ -12,7 +12,14 @@ import torch
 from jax import lax
 
 from torch_pjrt.ops._helpers import check, divisible, is_bool, is_float, scalar, unsupported
-from torch_pjrt.ops._promote import KIND, cast, promote, result_type, rounded_to_common
+from torch_pjrt.ops._promote import (
+    KIND,
+    cast,
+    is_low_float,
+    promote,
+    result_type,
+    rounded_to_common,
+)
 from torch_pjrt.ops.registry import dtype_of, lowers, number_result_type, refusal
 from torch_pjrt.ops.scalar_fits import check_fits
 from torch_pjrt.runtime import asserts
@@ -239,7 +246,43 @@ def pow(self, exponent):
 def pow_tensor_scalar(self, exponent):
     if is_bool(self) and is_bool(exponent):  # ATen: x ** True is x, x ** False is ones
         return jnp.where(exponent, self, True)
-    return _pow(self, exponent)
+    # (as measured against CPU PyTorch: float16 takes the general power, bfloat16 the
+    # closed forms rounded at each step)
+    closed = self.dtype if self.dtype in (jnp.float32, jnp.float64, jnp.bfloat16) else None
+    return _pow_number(self, exponent, closed)
+
+
+@promote(KIND.BOOL_TO_LONG, n=2)
+def _pow_number(self, exponent, closed):
+    if closed is None:
+        return _pow(self, exponent)
+    # ATen's float kernels compute these exponents in closed form (x ** 2 is x * x,
+    # x ** -0.5 one over a square root; bfloat16 rounds each step to it), where a
+    # general power is one ulp off in up to a quarter of the elements; the exponent is a
+    # run-time value, so the forms are selected by it. 1 / sqrt goes through a barrier:
+    # XLA would make it an rsqrt, which is not rounded once.
+    if is_low_float(closed):
+        info = jnp.finfo(closed)
+        step = functools.partial(
+            lax.reduce_precision, exponent_bits=info.nexp, mantissa_bits=info.nmant
+        )
+    else:
+        step = lambda v: v  # noqa: E731
+    square = step(self * self)
+    forms = (
+        (0, jnp.ones_like(self)),
+        (1, self),
+        (2, square),
+        (3, square * self),
+        (-1, 1 / self),
+        (-2, 1 / square),
+        (0.5, jnp.sqrt(self)),
+        (-0.5, 1 / lax.optimization_barrier(jnp.sqrt(self))),
+    )
+    out = jnp.power(self, exponent)
+    for value, form in forms:
+        out = jnp.where(exponent == value, form, out)
+    return out
 
 
 @lowers(aten.pow.Scalar)
