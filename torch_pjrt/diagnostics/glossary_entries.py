@@ -44,6 +44,21 @@ ENTRIES = (
         "x.double().round(decimals=2)); an integer tensor has no fractional part anyway.",
         doc="docs/semantics.md#dtypes",
     ),
+    Entry(
+        "ops-dtype-without-kernel",
+        r"\"\w+\" not implemented for '\w+'",
+        meaning="CPU PyTorch has no kernel of this op for this dtype, and pjrt refuses the "
+        "call with the CPU's message rather than compute a value the CPU would not give: "
+        "integer or bool tensors given to floating-point ops (softmax, log_softmax, hypot, "
+        "logaddexp, logcumsumexp, histc, bincount's float input the other way round), bool "
+        "tensors given to matrix products, trace, median, kthvalue, gcd, ceil, floor or round.",
+        cause="A tensor of an integer or bool dtype (a mask, token ids, a count) reached an "
+        "op that needs another dtype, often after a comparison or an .long() earlier on.",
+        fix="Convert first: x.float() (or softmax(x, dim, dtype=torch.float32)) for "
+        "floating-point ops, x.to(torch.int64) for a bool input to arithmetic or matrix "
+        "products, x.long() for bincount's values.",
+        doc="docs/semantics.md#dtypes",
+    ),
     # --- bool arithmetic ----------------------------------------------------------------
     Entry(
         "ops-bool-subtraction",
