@@ -15,10 +15,10 @@ from jax import lax
 
 from torch_pjrt.device.tensor import read
 from torch_pjrt.ops._promote import cast
-from torch_pjrt.ops.registry import refusal
+from torch_pjrt.ops.registry import dtype_of, refusal
 from torch_pjrt.runtime import asserts, executor
 from torch_pjrt.runtime import events as metrics
-from torch_pjrt.runtime.transfer import jax_dtype, torch_dtype
+from torch_pjrt.runtime.transfer import jax_dtype
 
 # --- dtypes -----------------------------------------------------------------------------
 
@@ -42,8 +42,8 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 def unsupported(op: str, x, cpu: bool = True) -> NotImplementedError:
     """CPU PyTorch's refusal of a dtype its kernel ``op`` (``"{op}_cpu"`` where ``cpu``)
-    has no instance for."""
-    name = dtype_name(torch_dtype(x.dtype))
+    has no instance for; ``x`` a JAX array or a torch tensor."""
+    name = dtype_name(dtype_of(x))
     kernel = f"{op}_cpu" if cpu else op
     return refusal(NotImplementedError(f"\"{kernel}\" not implemented for '{name}'"))
 

@@ -10,7 +10,6 @@ import torch
 
 from torch_pjrt.ops._helpers import (
     check,
-    dtype_name,
     is_bool,
     is_float,
     run_jitted,
@@ -213,8 +212,7 @@ _BINCOUNT = Kernel(aten.bincount.default, Lowering(_bincount_lowering))
 @implements(aten.bincount.default)
 def bincount(self, weights=None, minlength=0):
     if self.is_floating_point() or self.is_complex():
-        name = dtype_name(self.dtype)
-        raise NotImplementedError(f"\"bincount_cpu\" not implemented for '{name}'")
+        raise unsupported("bincount", self)
     if self.dim() != 1:
         raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
     if weights is not None and (weights.dim() != 1 or weights.shape[0] != self.shape[0]):
