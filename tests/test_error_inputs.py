@@ -337,6 +337,52 @@ _REFUSED = {
     "clamp bool min": lambda d: torch.tensor([True, False], device=d).clamp(min=True),
     "clamp bool both": lambda d: torch.tensor([True], device=d).clamp(False, True),
     "clamp_max_ bool": lambda d: torch.tensor([True], device=d).clamp_max_(False),
+    # (reductions of a scatter or index_reduce the CPU has no kernel for: pjrt computed or
+    # failed to lower; index_reduce takes no "sum")
+    "index_reduce sum": lambda d: torch.ones(3, device=d).index_reduce(
+        0, torch.tensor([0, 0], device=d), torch.ones(2, device=d), "sum"
+    ),
+    "index_reduce mean bools": lambda d: torch.ones(3, dtype=torch.bool, device=d).index_reduce(
+        0, torch.tensor([0], device=d), torch.ones(1, dtype=torch.bool, device=d), "mean"
+    ),
+    "index_reduce amax complex vector": lambda d: torch.ones(
+        3, dtype=torch.cfloat, device=d
+    ).index_reduce(
+        0, torch.tensor([0], device=d), torch.ones(1, dtype=torch.cfloat, device=d), "amax"
+    ),
+    "index_reduce amin complex matrix": lambda d: torch.ones(
+        3, 2, dtype=torch.cfloat, device=d
+    ).index_reduce(
+        1, torch.tensor([0], device=d), torch.ones(3, 1, dtype=torch.cfloat, device=d), "amin"
+    ),
+    "index_reduce prod bools without self": lambda d: torch.ones(
+        3, dtype=torch.bool, device=d
+    ).index_reduce(
+        0,
+        torch.tensor([0], device=d),
+        torch.ones(1, dtype=torch.bool, device=d),
+        "prod",
+        include_self=False,
+    ),
+    "scatter_reduce mean bools": lambda d: torch.ones(3, dtype=torch.bool, device=d).scatter_reduce(
+        0, torch.tensor([0], device=d), torch.ones(1, dtype=torch.bool, device=d), "mean"
+    ),
+    "scatter_reduce amin complex": lambda d: torch.ones(
+        3, dtype=torch.cfloat, device=d
+    ).scatter_reduce(
+        0,
+        torch.tensor([0], device=d),
+        torch.ones(1, dtype=torch.cfloat, device=d),
+        "amin",
+        include_self=False,
+    ),
+    "unique complex": lambda d: torch.unique(torch.ones(2, dtype=torch.cfloat, device=d)),
+    "unique dim complex": lambda d: torch.unique(
+        torch.ones(2, dtype=torch.cfloat, device=d), dim=0
+    ),
+    "unique_consecutive complex": lambda d: torch.unique_consecutive(
+        torch.ones(2, dtype=torch.cfloat, device=d)
+    ),
 }
 
 

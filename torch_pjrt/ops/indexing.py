@@ -26,6 +26,7 @@ from torch_pjrt.ops._helpers import (
     host_int,
     out_of_bounds,
     run_jitted,
+    unsupported,
     wrap_dim,
 )
 from torch_pjrt.ops.registry import Kernel, Lowering, implements, lowers
@@ -250,14 +251,8 @@ def masked_select_out(self, mask, *, out):
 @lowers(aten.masked_fill.Scalar, fits=("value",))
 def masked_fill(self, mask, value):
     value = jnp.asarray(value)
-    # NOTE: the CPU refuses a complex value with a nonzero imaginary part for a real tensor,
-    # PyTorch's Meta kernel (run after the lowering) any complex value: refused here, in the
-    # CPU's words
-    name = c10_name(torch_dtype(self.dtype))
-    check(
-        name is None or not jnp.iscomplexobj(value),
-        lambda: f"value cannot be converted to type {name} without overflow",
-    )
+    if jnp.iscomplexobj(value) and not jnp.iscomplexobj(self):
+        value = jnp.real(value)  # (a nonzero imaginary part does not fit: refused before)
     return jnp.where(mask, value.astype(self.dtype), self)
 
 
@@ -353,6 +348,8 @@ def _runs(self, dim, sort, size, return_inverse, return_counts):
 
 
 def _unique(self: torch.Tensor, dim, sort: bool, return_inverse: bool, return_counts: bool):
+    if self.is_complex():
+        raise unsupported("unique_dim" if sort and dim is not None else "unique", self, cpu=False)
     size = host_int(run_jitted(_count_runs, self, dim=dim, sort=sort))
     out = run_jitted(
         _runs,

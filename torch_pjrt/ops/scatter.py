@@ -14,7 +14,15 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from torch_pjrt.ops._helpers import add_at, check, check_index, out_of_bounds, wrap_dim
+from torch_pjrt.ops._helpers import (
+    add_at,
+    check,
+    check_index,
+    out_of_bounds,
+    unsupported,
+    wrap_dim,
+)
+from torch_pjrt.ops._promote import upcast
 from torch_pjrt.ops.registry import lowers
 
 aten = torch.ops.aten
@@ -61,8 +69,11 @@ def _identity(reduce: str, dtype):
 _AT = {"sum": "add", "mean": "add", "prod": "multiply", "amax": "max", "amin": "min"}
 
 
-def _reduce_into(self, where, src, reduce: str, include_self: bool = True):
-    """``self`` with ``src`` reduced into the positions ``where`` (duplicates reduce)."""
+def _reduce_into(self, where, src, reduce: str, include_self=True, opmath=False):
+    """``self`` with ``src`` reduced into the positions ``where`` (duplicates reduce).
+    ``opmath``: half types accumulate in float32 and round once, as ATen's CPU scatter
+    kernels do (measured: a bfloat16 ``scatter_add`` with duplicate indices rounds each
+    sum once; ``index_reduce`` rounds each step); a mean divides the rounded sum."""
     if self.dtype == jnp.bool_:
         # sum and prod of bools are a logical or and and: reduce 0/1 integers instead
         ints = _reduce_into(self.astype(jnp.int32), where, src, reduce, include_self)
@@ -72,7 +83,9 @@ def _reduce_into(self, where, src, reduce: str, include_self: bool = True):
     if not include_self:
         touched = jnp.zeros(self.shape, bool).at[where].set(True)
         base = jnp.where(touched, _identity(reduce, self.dtype), self)
-    out = getattr(base.at[where], _AT[reduce])(src)
+    if opmath:
+        base, src = upcast(base), upcast(src)
+    out = getattr(base.at[where], _AT[reduce])(src).astype(self.dtype)
     if reduce != "mean":
         return out
     count = jnp.full(self.shape, 1 if include_self else 0, self.dtype)
@@ -109,7 +122,8 @@ def scatter(self, dim, index, src=None, value=None, reduce=None):
     if reduce is None:
         out = self.at[where].set(src.astype(self.dtype))
     else:
-        out = _reduce_into(self, where, src, {"add": "sum", "multiply": "prod"}[reduce])
+        reduce = {"add": "sum", "multiply": "prod"}[reduce]
+        out = _reduce_into(self, where, src, reduce, opmath=True)
     return out.reshape(shape)
 
 
@@ -120,17 +134,36 @@ def scatter_add(self, dim, index, src):
     shape = self.shape
     self, index, src = _as_1d(self), _as_1d(index), _as_1d(src)
     where = _scatter_where(self, wrap_dim(dim, self.ndim), index)
-    return add_at(self, where, _scatter_src(src, index).astype(self.dtype)).reshape(shape)
+    src = _scatter_src(src, index)
+    return _reduce_into(self, where, src, "sum", opmath=True).reshape(shape)
+
+
+def _no_kernel(self, reduce: str, kernels: dict) -> None:
+    """CPU PyTorch's refusal of a reduction it has no kernel for: ``kernels`` maps
+    (reduce, "bool" or "complex") to the kernel its message names."""
+    kind = "bool" if self.dtype == jnp.bool_ else "complex" if jnp.iscomplexobj(self) else None
+    kernel = kernels.get((reduce, kind))
+    if kernel is not None:
+        raise unsupported(kernel, self, cpu=False)
+
+
+_SCATTER_REDUCE_KERNELS = {
+    ("mean", "bool"): "scatter_gather_tensor_cpu_reduce_mean",
+    ("amax", "complex"): "scatter_gather_tensor_cpu_reduce_amax",
+    ("amin", "complex"): "scatter_gather_tensor_cpu_reduce_amin",
+}
 
 
 @lowers(aten.scatter_reduce.two)
 def scatter_reduce(self, dim, index, src, reduce, include_self=True):
+    _no_kernel(self, reduce, _SCATTER_REDUCE_KERNELS)
     if index.size == 0:
         return self
     shape = self.shape
     self, index, src = _as_1d(self), _as_1d(index), _as_1d(src)
     where = _scatter_where(self, wrap_dim(dim, self.ndim), index)
-    return _reduce_into(self, where, _scatter_src(src, index), reduce, include_self).reshape(shape)
+    src = _scatter_src(src, index)
+    return _reduce_into(self, where, src, reduce, include_self, opmath=True).reshape(shape)
 
 
 _OUT_OF_RANGE = "index out of range in self"  # (index_select, index_add, embedding: ATen's)
@@ -182,15 +215,21 @@ def _check_source_shape(self, dim: int, index, source) -> None:
     )
 
 
-@lowers(aten.index_add.default)
+@lowers(aten.index_add.default, static=("alpha",))  # (alpha 1 picks the algorithm)
 def index_add(self, dim, index, source, alpha=1):
     _check_source_shape(self, dim, index, source)
     shape = self.shape
     self = _as_1d(self)
     source = _source_like(self, dim, index, source)
+    where = _at_dim(self, dim, index)
     if not (isinstance(alpha, (int, float)) and alpha == 1):
         source = source * jnp.asarray(alpha).astype(self.dtype)
-    return add_at(self, _at_dim(self, dim, index), source).reshape(shape)
+    elif self.ndim > 1 and wrap_dim(dim, self.ndim) in (0, self.ndim - 1):
+        # ATen's CPU kernel takes its scatter path here (measured: half types summed in
+        # float32, rounded once); along a middle dim, of a vector, or with an alpha it
+        # adds slice by slice, rounding each step
+        return _reduce_into(self, where, source, "sum", opmath=True).reshape(shape)
+    return add_at(self, where, source).reshape(shape)
 
 
 @lowers(aten.index_copy.default)
@@ -218,8 +257,32 @@ def index_fill(self, dim, index, value):
     return self.at[where].set(value).reshape(shape)
 
 
+# the kernels index_reduce's CPU messages name: with self, of a matrix (of a vector, or
+# without self, any reduction of bools or complex numbers is refused)
+_INDEX_REDUCE_KERNELS = {
+    ("mean", "bool"): "div_floor_cpu",
+    ("amax", "complex"): "maximum_cpu",
+    ("amin", "complex"): "minimum_cpu",
+}
+
+
+def _every_reduction(kernel: str) -> dict:
+    return {
+        (r, kind): kernel for r in ("prod", "mean", "amax", "amin") for kind in ("bool", "complex")
+    }
+
+
 @lowers(aten.index_reduce.default)
 def index_reduce(self, dim, index, source, reduce, include_self=True):
+    check(
+        reduce in ("prod", "mean", "amax", "amin"),
+        f"index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got {reduce}.",
+    )
+    if not include_self:
+        kernels = _every_reduction("index_reduce_func_exclude_input_init")
+    else:
+        kernels = _every_reduction("index_func_") if self.ndim <= 1 else _INDEX_REDUCE_KERNELS
+    _no_kernel(self, reduce, kernels)
     _check_source_shape(self, dim, index, source)
     shape = self.shape
     self = _as_1d(self)
