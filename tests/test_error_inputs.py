@@ -376,6 +376,15 @@ _REFUSED = {
         "amin",
         include_self=False,
     ),
+    # (complex tensors the CPU has no kernel for: pjrt's lowering failed ("a torch_pjrt
+    # bug"), or the Meta kernel worded it otherwise or failed an assert)
+    "frac complex": lambda d: torch.frac(torch.ones(2, dtype=torch.cfloat, device=d)),
+    "fmod complex": lambda d: torch.fmod(torch.ones(2, dtype=torch.cfloat, device=d), 2),
+    "argmax complex": lambda d: torch.ones(2, dtype=torch.cfloat, device=d).argmax(),
+    "floor_divide complex": lambda d: torch.ones(2, dtype=torch.cfloat, device=d) // 2,
+    "polar complex": lambda d: torch.polar(
+        torch.ones(2, dtype=torch.cfloat, device=d), torch.ones(2, dtype=torch.cfloat, device=d)
+    ),
     "unique complex": lambda d: torch.unique(torch.ones(2, dtype=torch.cfloat, device=d)),
     "unique dim complex": lambda d: torch.unique(
         torch.ones(2, dtype=torch.cfloat, device=d), dim=0

@@ -33,6 +33,12 @@ runs it). Parametrizations, one per op each:
 
 ``test_grad`` the same, with ``first2``.
 
+``test_op_complex`` runs the first 3 samples of every op that supports complex64 on the
+CPU (and is not tested in it already) in complex64, in the op's ``make test`` mode: ops
+are tested in one dtype above, and complex numbers took other code paths (results of
+the wrong dtype, lexicographic maxima) that float32 never reaches. Its expected
+failures are ``XFAIL_COMPLEX``.
+
 Expected outcomes come from one data table, ``tests/expectations.py``: ``XFAIL``
 (strict: an op listed there that passes fails the run, so the table stays honest; it
 fails in both modes), ``XFAIL_EAGER`` and ``XFAIL_FUSED`` (ops that fail in one mode
@@ -692,6 +698,35 @@ def test_op(op, limit, mode):
         pytest.skip(E.SKIP_CPU_REFUSES.format(total=total) if total else E.SKIP_NO_SAMPLES)
 
 
+COMPLEX = torch.complex64
+
+
+def _complex_params():
+    for op in op_db:
+        key = op_key(op)
+        if COMPLEX not in cpu_dtypes(op) or dtype_for(op) == COMPLEX or key in SHAPE_ONLY:
+            continue
+        mode = next(m for m in MODES if in_quick_run(key, m))
+        marks = [pytest.mark.skip(reason=SKIP[key])] if key in SKIP else []
+        if key in E.XFAIL_COMPLEX:
+            marks.append(E.xfail(E.XFAIL_COMPLEX[key]))
+        yield pytest.param(op, mode, id=f"{key}-first3-{mode}", marks=marks)
+
+
+@pytest.mark.parametrize("op, mode", list(_complex_params()))
+def test_op_complex(op, mode):
+    report = None
+    try:
+        with time_limit(OP_TIMEOUT), torch_pjrt.mode(mode):
+            total, compared = check_op(op, COMPLEX, QUICK_SAMPLES)
+    except (SampleFailure, OpTimeout) as exc:
+        report = failure_report(exc)
+    if report is not None:
+        pytest.fail(report, pytrace=False)
+    if compared == 0:
+        pytest.skip(E.SKIP_CPU_REFUSES.format(total=total) if total else E.SKIP_NO_SAMPLES)
+
+
 def _grad_params():
     for subset, limit, mode in _subsets("first2", GRAD_SAMPLES):
         for op in op_db:
@@ -741,7 +776,8 @@ def test_expectation_tables_name_real_ops():
         "XFAIL_GRAD_FUSED": E.XFAIL_GRAD_FUSED,
         "XFAIL_GRAD_EXHAUSTIVE": E.XFAIL_GRAD_EXHAUSTIVE,
     }
-    for name, table in {**grad_tables, "GRAD_TOLERANCES": GRAD_TOLERANCES}.items():
+    others = {"GRAD_TOLERANCES": GRAD_TOLERANCES, "XFAIL_COMPLEX": E.XFAIL_COMPLEX}
+    for name, table in {**grad_tables, **others}.items():
         assert not set(table) - keys, f"{name}: not in op_db: {sorted(set(table) - keys)}"
         assert not set(table) & set(SKIP), f"{name}: skipped ops: {sorted(set(table) & set(SKIP))}"
     unknown = {name: sorted(set(t) - keys) for name, t in tables.items() if set(t) - keys}

@@ -540,6 +540,43 @@ def test_masked_fill_with_a_complex_value_matches_cpu():
             assert _outcome(fill, "pjrt") == _outcome(fill, "cpu"), (dtype, value)
 
 
+@pytest.mark.parametrize("mode", ["eager", "fused"])
+def test_complex_ops_match_cpu(mode):
+    """Complex tensors where pjrt gave other values or refused: powers with a closed form
+    (``z ** -1`` was refused as an integer power; ``z ** 2`` overflowed both parts),
+    ``nan_to_num`` of each part, ``sgn`` of NaN, ``logaddexp`` and ``logcumsumexp`` (the
+    real part's maximum, ATen's formula), ``linspace``'s complex dtype from complex ends,
+    and the real results of ``angle``, ``var`` and ``norm`` (checked over OpInfo samples
+    in test_ops.test_op_complex)."""
+    inf, nan = float("inf"), float("nan")
+    z = torch.tensor([1 + 1j, -2.5 + 0.5j, 3 - 4j, 1e20 + 1j, complex(inf, 1), complex(nan, 0)])
+    w = torch.tensor([0.5j, complex(-inf, 2), 2 + 0j, 1 - 1j, complex(1, -inf), 3 + 3j])
+
+    def ops(d):
+        a, b = z.to(d), w.to(d)
+        return [
+            a**-1,
+            a**2,
+            a**0.5,
+            torch.nan_to_num(a),
+            torch.nan_to_num(b, posinf=1.0, neginf=-1.0),
+            torch.sgn(a),
+            torch.logaddexp(a[:4], b[:4]),
+            torch.logcumsumexp(a[:3], 0),
+            torch.linspace(0, 1 + 2j, 5, device=d),
+            torch.angle(a),
+            a[:3].var(),
+            torch.linalg.vector_norm(a[:3]),
+        ]
+
+    expected = ops("cpu")
+    with torch_pjrt.mode(mode):
+        got = [t.cpu() for t in ops("pjrt")]
+    for g, e in zip(got, expected):
+        assert g.dtype == e.dtype
+        torch.testing.assert_close(g, e, equal_nan=True, rtol=1e-6, atol=0)
+
+
 def test_index_copy_of_one_row_writes_that_row():
     """``index_copy_`` with one index (a KV cache's row) is one in-place write; the CPU's
     values for each dim, for a 0-d and a 1-d tensor too."""

@@ -216,10 +216,11 @@ def _pow_exponent_checks(self, exponent):
     if not isinstance(exponent, (bool, int, float)):
         return
     dtype = dtype_of(self)
-    if isinstance(exponent, int) and exponent < 0 and not dtype.is_floating_point:
+    inexact = dtype.is_floating_point or dtype.is_complex
+    if isinstance(exponent, int) and exponent < 0 and not inexact:
         raise refusal(RuntimeError("Integers to negative integer powers are not allowed."))
     result = number_result_type(dtype, exponent.__class__)
-    if not result.is_floating_point or result.itemsize < 4:
+    if not (result.is_floating_point or result.is_complex) or result.itemsize < 4:
         check_fits(exponent, result)
 
 
@@ -242,13 +243,17 @@ def pow(self, exponent):
     return _pow(self, exponent)
 
 
+_CLOSED_FORM_POWERS = (jnp.float32, jnp.float64, jnp.bfloat16, jnp.complex64, jnp.complex128)
+
+
 @lowers(aten.pow.Tensor_Scalar, host=_pow_exponent_checks)
 def pow_tensor_scalar(self, exponent):
     if is_bool(self) and is_bool(exponent):  # ATen: x ** True is x, x ** False is ones
         return jnp.where(exponent, self, True)
     # (as measured against CPU PyTorch: float16 takes the general power, bfloat16 the
-    # closed forms rounded at each step)
-    closed = self.dtype if self.dtype in (jnp.float32, jnp.float64, jnp.bfloat16) else None
+    # closed forms rounded at each step, complex numbers the closed forms: (1e20+1j) ** 2
+    # is x * x = inf+2e20j, not a power's inf+infj)
+    closed = self.dtype if self.dtype in _CLOSED_FORM_POWERS else None
     return _pow_number(self, exponent, closed)
 
 
@@ -336,9 +341,24 @@ def ldexp(self, other):
     return self * jnp.exp2(other)
 
 
+def complex_logaddexp(x, y):
+    """log(exp(x) + exp(y)) of complex numbers as ATen's kernel computes it: the one of
+    larger real part plus log1p(exp(the other minus it)) (``y`` the larger on a tie);
+    NaN where either holds a NaN; two infinite real parts of one sign give the second
+    number (both -inf) or log(exp(x) + exp(y)) (both +inf)."""
+    x_lower = x.real < y.real
+    lo, hi = jnp.where(x_lower, x, y), jnp.where(x_lower, y, x)
+    out = hi + jnp.log1p(jnp.exp(lo - hi))
+    infinite = jnp.isinf(lo.real) & (lo.real == hi.real)
+    out = jnp.where(infinite, jnp.where(lo.real < 0, lo, jnp.log(jnp.exp(lo) + jnp.exp(hi))), out)
+    return jnp.where(jnp.isnan(x) | jnp.isnan(y), jnp.asarray(complex("nan+nanj"), x.dtype), out)
+
+
 @lowers(aten.logaddexp.default)
 @_floats_only("logaddexp")
 def logaddexp(self, other):
+    if jnp.iscomplexobj(self):
+        return complex_logaddexp(self, other)
     m = jnp.maximum(self, other)
     out = m + jnp.log1p(jnp.exp(-jnp.abs(self - other)))
     return jnp.where(jnp.isinf(self) & (self == other), self, out)

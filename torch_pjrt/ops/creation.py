@@ -177,15 +177,23 @@ def arange_in_graphs(start, end, step=1, *, dtype=None, layout=None, device=None
 # --- linspace and logspace: static length ---------------------------------------------
 
 
+def _space_dtype(dtype, start, end):
+    """linspace's and logspace's dtype: ``dtype``, else the default dtype, or its complex
+    twin when an end is complex (as ATen infers it)."""
+    if dtype is None and any(isinstance(v, complex) or jnp.iscomplexobj(v) for v in (start, end)):
+        return jnp.complex128 if default_dtype(None) == jnp.float64 else jnp.complex64
+    return default_dtype(dtype)
+
+
 @lowers(aten.linspace.default)
 def linspace(start, end, steps, dtype=None, layout=None, device=None, pin_memory=None):
-    dtype = default_dtype(dtype)
+    dtype = _space_dtype(dtype, start, end)
     return spaced(start, end, steps, dtype).astype(dtype)
 
 
 @lowers(aten.logspace.default)
 def logspace(start, end, steps, base=10.0, dtype=None, layout=None, device=None, pin_memory=None):
-    dtype = default_dtype(dtype)
+    dtype = _space_dtype(dtype, start, end)
     if steps == 1:
         exponent = jnp.reshape(jnp.asarray(start).astype(jnp.float64), (1,))
         return jnp.power(jnp.float64(base), exponent).astype(dtype)

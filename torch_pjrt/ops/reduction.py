@@ -17,6 +17,7 @@ from torch_pjrt.ops._helpers import (
     unsupported,
 )
 from torch_pjrt.ops._promote import KIND, result_type
+from torch_pjrt.ops.arithmetic import complex_logaddexp
 from torch_pjrt.ops.registry import lowers
 from torch_pjrt.runtime.transfer import jax_dtype, torch_dtype
 
@@ -216,12 +217,14 @@ def _argextreme(x, dim, keepdim, largest):
 @lowers(aten.argmax.default)
 def argmax(self, dim=None, keepdim=False):
     check(not is_bool(self), "argmax(): does not support bool input")
+    check(not jnp.iscomplexobj(self), "argmax(): does not support complex input")
     return _argextreme(self, dim, keepdim, largest=True)
 
 
 @lowers(aten.argmin.default)
 def argmin(self, dim=None, keepdim=False):
     check(not is_bool(self), "argmin(): does not support bool input")
+    check(not jnp.iscomplexobj(self), "argmin(): does not support complex input")
     return _argextreme(self, dim, keepdim, largest=False)
 
 
@@ -243,15 +246,24 @@ def all(self, dim=None, keepdim=False):
 # --- statistics ---------------------------------------------------------------------
 
 
+def _real(dtype):
+    """The real dtype of a complex one (float32 for complex64); a real dtype itself."""
+    return jnp.finfo(dtype).dtype if jnp.issubdtype(dtype, jnp.complexfloating) else dtype
+
+
 def _var_mean(x, dim, correction, keepdim, name="std and var"):
+    """The variance (of a complex tensor: the mean squared distance from the mean, real)
+    and the mean, in the accumulation dtype."""
     check(is_float(x), f"{name} only support floating point and complex dtypes")
     axes = _axes(dim, x.ndim)
     n = _count(x.shape, axes)
     acc = x.astype(_acc(x.dtype))
     mean = jnp.sum(acc, axes, keepdims=True) / n
     correction = 1 if correction is None else correction
-    denom = jnp.maximum(n - correction, 0).astype(acc.dtype)
-    var = jnp.sum(jnp.square(acc - mean), axes, keepdims=keepdim) / denom
+    d = acc - mean
+    squares = jnp.square(d.real) + jnp.square(d.imag) if jnp.iscomplexobj(d) else jnp.square(d)
+    denom = jnp.maximum(n - correction, 0).astype(squares.dtype)
+    var = jnp.sum(squares, axes, keepdims=keepdim) / denom
     if not keepdim:
         mean = jnp.squeeze(mean, axes)
     return var, mean
@@ -260,25 +272,25 @@ def _var_mean(x, dim, correction, keepdim, name="std and var"):
 @lowers(aten.var.correction)
 def var(self, dim=None, correction=None, keepdim=False):
     v, _ = _var_mean(self, dim, correction, keepdim)
-    return v.astype(self.dtype)
+    return v.astype(_real(self.dtype))
 
 
 @lowers(aten.std.correction)
 def std(self, dim=None, correction=None, keepdim=False):
     v, _ = _var_mean(self, dim, correction, keepdim)
-    return jnp.sqrt(v).astype(self.dtype)
+    return jnp.sqrt(v).astype(_real(self.dtype))
 
 
 @lowers(aten.var_mean.correction)
 def var_mean(self, dim=None, correction=None, keepdim=False):
     v, m = _var_mean(self, dim, correction, keepdim, "var_mean")
-    return v.astype(self.dtype), m.astype(self.dtype)
+    return v.astype(_real(self.dtype)), m.astype(self.dtype)
 
 
 @lowers(aten.std_mean.correction)
 def std_mean(self, dim=None, correction=None, keepdim=False):
     v, m = _var_mean(self, dim, correction, keepdim, "std_mean")
-    return jnp.sqrt(v).astype(self.dtype), m.astype(self.dtype)
+    return jnp.sqrt(v).astype(_real(self.dtype)), m.astype(self.dtype)
 
 
 @lowers(aten.logsumexp.default)
@@ -288,7 +300,9 @@ def logsumexp(self, dim, keepdim=False):
     axes = _axes(dim, self.ndim)
     if x.size == 0:
         return jnp.log(jnp.sum(jnp.exp(x), axes, keepdims=keepdim)).astype(out)
-    m = jnp.max(x, axes, keepdims=True)
+    # (complex: shifted by the largest real part, as ATen; the result's imaginary part
+    # is then the principal logarithm's)
+    m = jnp.max(x.real if jnp.iscomplexobj(x) else x, axes, keepdims=True)
     m = jnp.where(jnp.isinf(m), 0, m)
     total = jnp.sum(jnp.exp(x - m), axes, keepdims=True)
     y = jnp.log(total) + m
@@ -320,7 +334,7 @@ def linalg_vector_norm(self, ord=2, dim=None, keepdim=False, dtype=None):
         )
     out = jax_dtype(dtype) if dtype is not None else self.dtype
     x = self.astype(_acc(out))
-    return _vector_norm(x, ord, _axes(dim, self.ndim), keepdim).astype(out)
+    return _vector_norm(x, ord, _axes(dim, self.ndim), keepdim).astype(_real(out))
 
 
 @lowers(
@@ -373,6 +387,8 @@ def logcumsumexp(self, dim):
     x = self.astype(_acc(self.dtype))
     if self.ndim == 0:
         return self
+    if jnp.iscomplexobj(x):
+        return lax.associative_scan(complex_logaddexp, x, axis=maybe_wrap_dim(dim, self.ndim))
     return lax.cumlogsumexp(x, maybe_wrap_dim(dim, self.ndim)).astype(self.dtype)
 
 

@@ -680,10 +680,34 @@ def _in_cpu_words(op: OpOverload, args, kwargs, exc: Exception) -> Exception:
     strides and dtypes; copies of CPU tensors) when that raises an exception of the same
     type whose message does not name the CPU (a kernel's name, a device); None when the
     CPU computes them (a Meta kernel stricter than the CPU's: ``x << bool_tensor``); else
-    ``exc``.
+    ``exc`` (the CPU's refusal where the Meta kernel failed an ``assert`` or the CPU has
+    no kernel for the dtype).
     Meta kernels check what the CPU kernels check, in their own words ("a and b must
     have same reduction dim" where the CPU, and CUDA, say "mat1 and mat2 shapes cannot
     be multiplied (2x3 and 2x3)"); users compare our errors with theirs."""
+    made, cpu_exc = _cpu_error(op, args, kwargs)
+    if not made:
+        return exc
+    if cpu_exc is None:  # the CPU computes what the Meta kernel refuses: as the CPU
+        return None
+    if type(cpu_exc) is type(exc) and "cpu" not in str(cpu_exc).lower():
+        return cpu_exc
+    # a dtype the CPU has no kernel for, which the Meta kernel words its own way ("torch.
+    # complex64 not supported for floor_divide"), or failed an assert on (polar's "real
+    # must be floating point", no message for users): the CPU's refusal
+    if isinstance(exc, AssertionError) or _no_kernel_for_dtype(cpu_exc):
+        return cpu_exc
+    return exc
+
+
+def _no_kernel_for_dtype(exc: Exception) -> bool:
+    return isinstance(exc, NotImplementedError) and " not implemented for '" in str(exc)
+
+
+def _cpu_error(op: OpOverload, args, kwargs) -> tuple[bool, Exception | None]:
+    """Whether CPU stand-ins of the arguments could be made (zeros of the pjrt tensors'
+    shapes, strides and dtypes; copies of CPU tensors; not too big), and the exception the
+    op raises on them (None when it computes them)."""
     budget = CPU_WORDS_LIMIT
 
     def stand_in(t: torch.Tensor) -> torch.Tensor:
@@ -691,7 +715,7 @@ def _in_cpu_words(op: OpOverload, args, kwargs, exc: Exception) -> Exception:
         span = 0 if 0 in t.shape else 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
         budget -= span
         if budget < 0:
-            raise OverflowError  # (too big to stand in for: the Meta kernel's words)
+            raise OverflowError  # (too big to stand in for)
         if t.device.type == "cpu":
             return t.detach().clone()
         return torch.zeros(span, dtype=t.dtype).as_strided(t.shape, t.stride())
@@ -701,14 +725,26 @@ def _in_cpu_words(op: OpOverload, args, kwargs, exc: Exception) -> Exception:
 
     try:
         cpu_args, cpu_kwargs = on_cpu(args), {k: on_cpu(v) for k, v in kwargs.items()}
+    except Exception:  # noqa: BLE001  (no stand-in)
+        return False, None
+    try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             op(*cpu_args, **cpu_kwargs)
-    except Exception as cpu_exc:  # noqa: BLE001  (the CPU's refusal, or no stand-in)
-        if type(cpu_exc) is type(exc) and "cpu" not in str(cpu_exc).lower():
-            return cpu_exc.with_traceback(None)
-        return exc
-    # the CPU computes what the Meta kernel refuses (a bool shift amount): as the CPU
+    except Exception as cpu_exc:  # noqa: BLE001  (the CPU's refusal)
+        return True, cpu_exc.with_traceback(None)
+    return True, None
+
+
+def _cpu_refusal(op: OpOverload, args, kwargs, exc: Exception) -> Exception | None:
+    """The CPU's refusal of arguments a lowering failed on (``exc``) and the Meta kernel
+    accepts: a dtype the CPU has no kernel for (its NotImplementedError, "frac_cpu" not
+    implemented for 'ComplexFloat'), or any refusal where the lowering failed on a dtype
+    itself; None otherwise (a refusal of the stand-ins' zeros, say a singular matrix,
+    would not be the arguments')."""
+    _, cpu_exc = _cpu_error(op, args, kwargs)
+    if cpu_exc is not None and (_no_kernel_for_dtype(cpu_exc) or "dtype" in str(exc)):
+        return cpu_exc
     return None
 
 
@@ -724,12 +760,16 @@ def _explain(op: OpOverload, args, kwargs, exc: Exception) -> Exception:
     """The error a failed lowering should raise: its own when it is a :func:`refusal` or
     came from an event listener (strict mode's ``StrictModeError``, marked ``pjrt_event``
     by ``runtime.events``), PyTorch's message when PyTorch rejects the same call (its Meta
-    kernel raises), else a bug report with op context."""
+    kernel raises, or the CPU kernel refuses the dtype: :func:`_cpu_refusal`), else a bug
+    report with op context."""
     if getattr(exc, "pjrt_refusal", False) or getattr(exc, "pjrt_event", False):
         return exc
     meta_exc = meta_error(op, args, kwargs)
     if meta_exc is not None:  # (this is the error PyTorch gives)
         return meta_exc
+    cpu_exc = _cpu_refusal(op, args, kwargs, exc)
+    if cpu_exc is not None:  # (and this the one CPU PyTorch gives)
+        return cpu_exc
     return RuntimeError(
         f"pjrt: the lowering of {op} failed at {metrics.user_line()}: "
         f"{type(exc).__name__}: {exc}\n  schema: {op._schema}\n"

@@ -111,6 +111,8 @@ def neg(self):
 def sign(self):
     if is_bool(self):
         return self
+    if jnp.iscomplexobj(self):  # (sgn: x / |x|, NaN where a part is NaN, as ATen)
+        return jnp.sign(self)
     # ATen: sign(nan) = 0
     return jnp.where(jnp.isnan(self), 0, jnp.sign(self)).astype(self.dtype)
 
@@ -153,8 +155,14 @@ def frac(self):
 
 
 @lowers(aten.angle.default)
-@promote(KIND.INT_TO_FLOAT)
 def angle(self):
+    if jnp.iscomplexobj(self):
+        return jnp.angle(self)  # (of the real dtype: atan2 of the parts)
+    return _real_angle(self)
+
+
+@promote(KIND.INT_TO_FLOAT)
+def _real_angle(self):
     return jnp.where(self < 0, jnp.pi, jnp.where(jnp.isnan(self), self, 0)).astype(self.dtype)
 
 
@@ -215,6 +223,9 @@ def signbit(self):
 def nan_to_num(self, nan=None, posinf=None, neginf=None):
     if not is_float(self):
         return self
+    if jnp.iscomplexobj(self):  # (each part replaced, as ATen)
+        parts = (nan_to_num(p, nan, posinf, neginf) for p in (self.real, self.imag))
+        return lax.complex(*parts)
     info = jnp.finfo(self.dtype)
     out = jnp.where(jnp.isnan(self), jnp.asarray(0.0 if nan is None else nan, self.dtype), self)
     out = jnp.where(
