@@ -240,6 +240,21 @@ def test_a_meta_refusal_the_cpu_does_not_make_is_not_made():
 
 # --- the CPU's words ---------------------------------------------------------------------
 
+
+def _reduce_into(d, op: str, dtype, reduce: str, include_self=True, matrix=False):
+    """``index_reduce`` or ``scatter_reduce`` of ones of ``dtype`` into the first place of
+    a vector (or, ``matrix``, of each row of a 3x2 matrix)."""
+    shape, source_shape, dim = ((3, 2), (3, 1), 1) if matrix else ((3,), (1,), 0)
+    self = torch.ones(shape, dtype=dtype, device=d)
+    source = torch.ones(source_shape, dtype=dtype, device=d)
+    index = torch.zeros(1, dtype=torch.long, device=d)
+    if op == "scatter_reduce":
+        if matrix:
+            index = index.expand(3, 1)
+        return self.scatter_reduce(dim, index, source, reduce, include_self=include_self)
+    return self.index_reduce(dim, index, source, reduce, include_self=include_self)
+
+
 # calls PyTorch refuses, whose Meta kernels (or decompositions) word the refusal otherwise
 # than the CPU kernels do: on pjrt the message is the CPU's, word for word
 _REFUSED = {
@@ -339,42 +354,20 @@ _REFUSED = {
     "clamp_max_ bool": lambda d: torch.tensor([True], device=d).clamp_max_(False),
     # (reductions of a scatter or index_reduce the CPU has no kernel for: pjrt computed or
     # failed to lower; index_reduce takes no "sum")
-    "index_reduce sum": lambda d: torch.ones(3, device=d).index_reduce(
-        0, torch.tensor([0, 0], device=d), torch.ones(2, device=d), "sum"
+    "index_reduce sum": lambda d: _reduce_into(d, "index_reduce", torch.float, "sum"),
+    "index_reduce mean bools": lambda d: _reduce_into(d, "index_reduce", torch.bool, "mean"),
+    "index_reduce amax complex vector": lambda d: _reduce_into(
+        d, "index_reduce", torch.cfloat, "amax"
     ),
-    "index_reduce mean bools": lambda d: torch.ones(3, dtype=torch.bool, device=d).index_reduce(
-        0, torch.tensor([0], device=d), torch.ones(1, dtype=torch.bool, device=d), "mean"
+    "index_reduce amin complex matrix": lambda d: _reduce_into(
+        d, "index_reduce", torch.cfloat, "amin", matrix=True
     ),
-    "index_reduce amax complex vector": lambda d: torch.ones(
-        3, dtype=torch.cfloat, device=d
-    ).index_reduce(
-        0, torch.tensor([0], device=d), torch.ones(1, dtype=torch.cfloat, device=d), "amax"
+    "index_reduce prod bools without self": lambda d: _reduce_into(
+        d, "index_reduce", torch.bool, "prod", include_self=False
     ),
-    "index_reduce amin complex matrix": lambda d: torch.ones(
-        3, 2, dtype=torch.cfloat, device=d
-    ).index_reduce(
-        1, torch.tensor([0], device=d), torch.ones(3, 1, dtype=torch.cfloat, device=d), "amin"
-    ),
-    "index_reduce prod bools without self": lambda d: torch.ones(
-        3, dtype=torch.bool, device=d
-    ).index_reduce(
-        0,
-        torch.tensor([0], device=d),
-        torch.ones(1, dtype=torch.bool, device=d),
-        "prod",
-        include_self=False,
-    ),
-    "scatter_reduce mean bools": lambda d: torch.ones(3, dtype=torch.bool, device=d).scatter_reduce(
-        0, torch.tensor([0], device=d), torch.ones(1, dtype=torch.bool, device=d), "mean"
-    ),
-    "scatter_reduce amin complex": lambda d: torch.ones(
-        3, dtype=torch.cfloat, device=d
-    ).scatter_reduce(
-        0,
-        torch.tensor([0], device=d),
-        torch.ones(1, dtype=torch.cfloat, device=d),
-        "amin",
-        include_self=False,
+    "scatter_reduce mean bools": lambda d: _reduce_into(d, "scatter_reduce", torch.bool, "mean"),
+    "scatter_reduce amin complex": lambda d: _reduce_into(
+        d, "scatter_reduce", torch.cfloat, "amin", include_self=False
     ),
     # (complex tensors the CPU has no kernel for: pjrt's lowering failed ("a torch_pjrt
     # bug"), or the Meta kernel worded it otherwise or failed an assert)
@@ -385,6 +378,14 @@ _REFUSED = {
     "polar complex": lambda d: torch.polar(
         torch.ones(2, dtype=torch.cfloat, device=d), torch.ones(2, dtype=torch.cfloat, device=d)
     ),
+    # (complex tensors the Meta kernel accepts and XLA orders by the real part: pjrt
+    # computed where the CPU refuses)
+    "max complex": lambda d: torch.ones(2, dtype=torch.cfloat, device=d).max(),
+    "sort complex": lambda d: torch.ones(2, dtype=torch.cfloat, device=d).sort(),
+    "clamp complex": lambda d: torch.ones(2, dtype=torch.cfloat, device=d).clamp(0, 1),
+    "gt complex": lambda d: torch.ones(2, dtype=torch.cfloat, device=d) > 0,
+    "softmax complex": lambda d: torch.ones(2, dtype=torch.cfloat, device=d).softmax(0),
+    "signbit complex": lambda d: torch.ones(2, dtype=torch.cfloat, device=d).signbit(),
     "unique complex": lambda d: torch.unique(torch.ones(2, dtype=torch.cfloat, device=d)),
     "unique dim complex": lambda d: torch.unique(
         torch.ones(2, dtype=torch.cfloat, device=d), dim=0
@@ -411,6 +412,16 @@ def test_refusals_in_the_cpus_words(case, mode):
     want = _refusal(_REFUSED[case], "cpu")
     with torch_pjrt.mode(mode):
         assert _refusal(_REFUSED[case], "pjrt") == want
+
+
+@pytest.mark.parametrize("case", ["max complex", "sort complex", "clamp complex", "gt complex"])
+def test_complex_refusals_in_compiled_graphs(case):
+    """A compiled graph refuses complex arguments the CPU kernel refuses, as eager calls
+    do (the graph's node runs once on CPU stand-ins when it is compiled)."""
+    torch._dynamo.reset()
+    want = _refusal(_REFUSED[case], "cpu")
+    compiled = torch.compile(_REFUSED[case], backend="pjrt")
+    assert _refusal(compiled, "pjrt") == want
 
 
 def test_arguments_too_big_to_stand_in_keep_the_meta_kernels_words(monkeypatch):

@@ -685,6 +685,12 @@ def test_op(op, limit, mode):
     dtype = dtype_for(op)
     if dtype is None:
         pytest.skip(E.SKIP_NO_DTYPE)
+    _run_op_test(op, dtype, limit, mode)
+
+
+def _run_op_test(op, dtype, limit, mode: str) -> None:
+    """``check_op`` in ``mode``, failing the test with a short report, or skipping it when
+    the CPU refuses every sample."""
     report = None
     try:
         with time_limit(OP_TIMEOUT), torch_pjrt.mode(mode):
@@ -715,16 +721,7 @@ def _complex_params():
 
 @pytest.mark.parametrize("op, mode", list(_complex_params()))
 def test_op_complex(op, mode):
-    report = None
-    try:
-        with time_limit(OP_TIMEOUT), torch_pjrt.mode(mode):
-            total, compared = check_op(op, COMPLEX, QUICK_SAMPLES)
-    except (SampleFailure, OpTimeout) as exc:
-        report = failure_report(exc)
-    if report is not None:
-        pytest.fail(report, pytrace=False)
-    if compared == 0:
-        pytest.skip(E.SKIP_CPU_REFUSES.format(total=total) if total else E.SKIP_NO_SAMPLES)
+    _run_op_test(op, COMPLEX, QUICK_SAMPLES, mode)
 
 
 def _grad_params():

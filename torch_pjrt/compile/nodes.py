@@ -17,7 +17,15 @@ import torch
 import torch.fx
 from torch._ops import OpOverload
 
-from torch_pjrt.ops.registry import HostCheck, Lowering, Signature, graph_lookup, lookup
+from torch_pjrt.ops.registry import (
+    HostCheck,
+    Lowering,
+    Signature,
+    graph_complex_refusal,
+    graph_lookup,
+    lookup,
+    refusal,
+)
 
 aten = torch.ops.aten
 
@@ -148,6 +156,10 @@ class Call:
         vals = self.sig.values(args, kwargs)
         if self.host_check is not None:
             self.host_check(vals)
+        # (complex arguments the CPU kernel refuses, which eager calls check too)
+        error = graph_complex_refusal(self.sig, vals)
+        if error is not None:
+            raise refusal(error)
         for i in self.scalars:
             vals[i] = _scalar(vals[i])
         call = dict(zip(self.sig.names, vals))

@@ -533,9 +533,15 @@ class Kernel:
         each signature is checked once, and no program runs on arguments PyTorch
         refuses). Raises PyTorch's exception, as a :func:`refusal`.
 
+        Complex arguments are run once more on CPU stand-ins: the Meta kernel accepts
+        complex numbers where the CPU kernel has none (``max``, ``sort``, ``clamp``,
+        ``softmax``), and XLA computes them (ordering by the real part).
+
         NOTE: at the end of the trace: the lowering's own checks, in the CPU's words
         where the Meta kernel's differ, come first."""
         error = meta_error(self.op, args, kwargs)
+        if error is None and _holds_complex(args, kwargs):
+            error = _complex_refusal(self.op, args, kwargs)
         if error is not None:
             raise refusal(error)
 
@@ -727,23 +733,82 @@ def _cpu_error(op: OpOverload, args, kwargs) -> tuple[bool, Exception | None]:
         cpu_args, cpu_kwargs = on_cpu(args), {k: on_cpu(v) for k, v in kwargs.items()}
     except Exception:  # noqa: BLE001  (no stand-in)
         return False, None
+    return True, _raised(op, cpu_args, cpu_kwargs)
+
+
+def _raised(op: OpOverload, args, kwargs) -> Exception | None:
+    """The exception ``op`` raises on these (CPU) arguments, or None."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            op(*cpu_args, **cpu_kwargs)
-    except Exception as cpu_exc:  # noqa: BLE001  (the CPU's refusal)
-        return True, cpu_exc.with_traceback(None)
-    return True, None
+            op(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001  (the CPU's refusal)
+        return exc.with_traceback(None)
+    return None
+
+
+def _refuses_complex(exc: Exception | None) -> bool:
+    return exc is not None and "complex" in str(exc).lower()
+
+
+def _holds_complex(args, kwargs) -> bool:
+    def complex_tensor(x) -> bool:
+        if isinstance(x, torch.Tensor):
+            return x.is_complex()
+        return isinstance(x, (list, tuple)) and any(complex_tensor(v) for v in x)
+
+    return any(complex_tensor(v) for v in (*args, *kwargs.values()))
+
+
+def _complex_refusal(op: OpOverload, args, kwargs) -> Exception | None:
+    """The CPU's refusal of complex arguments (its message names complex numbers:
+    ``"max_all" not implemented for 'ComplexFloat'``, "clamp is not supported for complex
+    types"), or None."""
+    _, cpu_exc = _cpu_error(op, args, kwargs)
+    return cpu_exc if _refuses_complex(cpu_exc) else None
+
+
+def graph_complex_refusal(sig: Signature, vals) -> Exception | None:
+    """:func:`_complex_refusal` of a compiled graph's node, whose arguments ``vals`` (in
+    schema order) are JAX values: CPU zeros of their shapes and dtypes stand in for
+    arrays, 0 for a traced number, the CPU for a device."""
+
+    def is_complex(v) -> bool:
+        if isinstance(v, (list, tuple)):
+            return any(is_complex(x) for x in v)
+        return isinstance(v, jax.Array) and jax.numpy.iscomplexobj(v)
+
+    if not any(is_complex(vals[i]) for i in sig.arrays):
+        return None
+
+    def stand_in(v):
+        if isinstance(v, (list, tuple)):
+            return [stand_in(x) for x in v]
+        if isinstance(v, jax.Array):
+            return torch.zeros(tuple(v.shape), dtype=torch_dtype(v.dtype))
+        return torch.device("cpu") if isinstance(v, torch.device) else v
+
+    cpu = [stand_in(v) for v in vals]
+    for i in sig.scalars:
+        if isinstance(cpu[i], torch.Tensor):
+            cpu[i] = cpu[i].item()
+    schema = sig.op._schema.arguments
+    args = [v for v, a in zip(cpu, schema) if not a.kwarg_only]
+    kwargs = {a.name: v for v, a in zip(cpu, schema) if a.kwarg_only}
+    exc = _raised(sig.op, args, kwargs)
+    return exc if _refuses_complex(exc) else None
 
 
 def _cpu_refusal(op: OpOverload, args, kwargs, exc: Exception) -> Exception | None:
     """The CPU's refusal of arguments a lowering failed on (``exc``) and the Meta kernel
     accepts: a dtype the CPU has no kernel for (its NotImplementedError, "frac_cpu" not
-    implemented for 'ComplexFloat'), or any refusal where the lowering failed on a dtype
-    itself; None otherwise (a refusal of the stand-ins' zeros, say a singular matrix,
-    would not be the arguments')."""
+    implemented for 'ComplexFloat'), a refusal of complex numbers, or any refusal where
+    the lowering failed on a dtype itself; None otherwise (a refusal of the stand-ins'
+    zeros, say a singular matrix, would not be the arguments')."""
     _, cpu_exc = _cpu_error(op, args, kwargs)
-    if cpu_exc is not None and (_no_kernel_for_dtype(cpu_exc) or "dtype" in str(exc)):
+    if cpu_exc is None:
+        return None
+    if _no_kernel_for_dtype(cpu_exc) or _refuses_complex(cpu_exc) or "dtype" in str(exc):
         return cpu_exc
     return None
 
