@@ -577,6 +577,45 @@ def test_complex_ops_match_cpu(mode):
         torch.testing.assert_close(g, e, equal_nan=True, rtol=1e-6, atol=0)
 
 
+@pytest.mark.parametrize("mode", ["eager", "fused"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_half_convolutions_with_a_bias_round_once(dtype, mode):
+    """A half-type convolution adds its bias to the float32 sums and rounds once, as
+    ATen's CPU kernels do (pjrt rounded the sums, then the sum with the bias: one ulp off
+    in 10-30% of the elements); plain, transposed and grouped, bit for bit."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 4, 9, 9, generator=g).to(dtype)
+    w = torch.randn(4, 4, 3, 3, generator=g).to(dtype)
+    b = torch.randn(4, generator=g).to(dtype)
+
+    def convs(d):
+        a, k, c = x.to(d), w.to(d), b.to(d)
+        return [
+            F.conv2d(a, k, c, padding=1),
+            F.conv_transpose2d(a, k, c, stride=2),
+            F.conv1d(a[:, :, 0], k[:2, :, :, 0], c[:2]),
+            F.conv2d(a, k[:, :2], c, groups=2),
+        ]
+
+    expected = convs("cpu")
+    with torch_pjrt.mode(mode):
+        got = [t.cpu() for t in convs("pjrt")]
+    assert [int((g != e).sum()) for g, e in zip(got, expected)] == [0] * len(expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_half_matrix_exp_is_computed_in_float32(dtype):
+    """``matrix_exp`` of a half type computes in float32 and rounds once: in its own
+    precision the norm fell between the degree brackets and pjrt gave NaN (CPU PyTorch
+    gives NaN for this bfloat16 matrix too); within the half type's precision of the
+    float64 result."""
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(4, 5, 5, generator=g) * torch.tensor([0.1, 1.0, 4.0, 5.0])[:, None, None]
+    got = torch.matrix_exp(a.to(dtype).to("pjrt")).cpu()
+    exact = torch.matrix_exp(a.to(dtype).double())
+    torch.testing.assert_close(got.double(), exact, rtol=2e-2, atol=1e-2 * exact.abs().max())
+
+
 def test_index_copy_of_one_row_writes_that_row():
     """``index_copy_`` with one index (a KV cache's row) is one in-place write; the CPU's
     values for each dim, for a 0-d and a 1-d tensor too."""

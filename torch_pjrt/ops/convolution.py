@@ -26,7 +26,9 @@ def _conv_numbers(n: int):
     return ("NC" + spatial, "OI" + spatial, "NC" + spatial)
 
 
-def _conv(input, weight, stride, padding, dilation, transposed, output_padding, groups):
+def _conv(input, weight, stride, padding, dilation, transposed, output_padding, groups, acc=False):
+    """The convolution in ``input``'s dtype, or (``acc``) in the dtype it accumulates in
+    (float32 for half types, so that a bias is added before the one rounding)."""
     n = weight.ndim - 2
     stride, padding, dilation = ntuple(stride, n), ntuple(padding, n), ntuple(dilation, n)
     output_padding = ntuple(output_padding, n)
@@ -41,7 +43,7 @@ def _conv(input, weight, stride, padding, dilation, transposed, output_padding, 
         out = jax.lax.conv_general_dilated(
             input, weight, stride, [(p, p) for p in padding], rhs_dilation=dilation, **common
         )
-        return out.astype(input.dtype)
+        return out if acc else out.astype(input.dtype)
     # A transposed convolution is the gradient of a convolution with respect to its
     # input: a stride-1 convolution of the stride-dilated input with the flipped kernel,
     # in/out channels swapped within each group.
@@ -57,7 +59,7 @@ def _conv(input, weight, stride, padding, dilation, transposed, output_padding, 
     out = jax.lax.conv_general_dilated(
         input, w, (1,) * n, pads, lhs_dilation=stride, rhs_dilation=dilation, **common
     )
-    return out.astype(input.dtype)
+    return out if acc else out.astype(input.dtype)
 
 
 def _expanded(values, name: str, n: int) -> tuple:
@@ -163,9 +165,11 @@ def convolution(input, weight, bias, stride, padding, dilation, transposed, outp
     _check_convolution(
         input, weight, bias, stride, padding, dilation, transposed, output_padding, groups
     )
-    out = _conv(input, weight, stride, padding, dilation, transposed, output_padding, groups)
+    # (ATen's CPU kernels add the bias to the float32 sums of half types: one rounding)
+    args = (stride, padding, dilation, transposed, output_padding, groups)
+    out = _conv(input, weight, *args, acc=bias is not None)
     if bias is not None:
-        out = (upcast(out) + _bias_shape(bias, out.ndim)).astype(out.dtype)
+        out = (out + upcast(_bias_shape(bias, out.ndim))).astype(input.dtype)
     return out
 
 

@@ -12,7 +12,7 @@ import torch
 
 from torch_pjrt.ops._helpers import is_bool, unsupported
 from torch_pjrt.ops._promote import opmath as _acc_dtype
-from torch_pjrt.ops._promote import promote
+from torch_pjrt.ops._promote import promote, upcast
 from torch_pjrt.ops.registry import lowers
 
 aten = torch.ops.aten
@@ -299,6 +299,10 @@ def linalg_matrix_exp(self):
         return self
     if n == 1:
         return jnp.exp(self)
+    if upcast(self).dtype != self.dtype:
+        # half types in float32, rounded once: in their own precision the norm fell
+        # between the degree brackets' rounded bounds, and the result was NaN
+        return linalg_matrix_exp(upcast(self)).astype(self.dtype)
     A = self
     double = jnp.finfo(A.dtype).bits >= 64
     thetas = _EXP_THETAS["double" if double else "single"]
