@@ -616,6 +616,14 @@ def test_half_matrix_exp_is_computed_in_float32(dtype):
     torch.testing.assert_close(got.double(), exact, rtol=2e-2, atol=1e-2 * exact.abs().max())
 
 
+def test_complex_of_half_parts_names_the_unsupported_dtype():
+    """``torch.complex`` of float16 parts would be complex32, which pjrt tensors cannot
+    hold: the error names the dtypes they can (it was a "torch_pjrt bug" report)."""
+    half = torch.ones(2, dtype=torch.float16, device="pjrt")
+    with pytest.raises(TypeError, match=r"dtype torch.complex32 is not supported .* complex64"):
+        torch.complex(half, half)
+
+
 def test_index_copy_of_one_row_writes_that_row():
     """``index_copy_`` with one index (a KV cache's row) is one in-place write; the CPU's
     values for each dim, for a 0-d and a 1-d tensor too."""

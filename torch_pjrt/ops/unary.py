@@ -13,8 +13,8 @@ from jax import lax
 
 from torch_pjrt.ops._helpers import check, divisible, dtype_name, is_bool, is_float, unsupported
 from torch_pjrt.ops._promote import KIND, in_opmath, promote
-from torch_pjrt.ops.registry import lowers
-from torch_pjrt.runtime.transfer import torch_dtype
+from torch_pjrt.ops.registry import lowers, refusal
+from torch_pjrt.runtime.transfer import torch_dtype, unsupported_dtype
 
 aten = torch.ops.aten
 
@@ -279,6 +279,8 @@ def complex(real, imag):
             "for second argument"
         ),
     )
+    if real.dtype == jnp.float16:  # (the result would be complex32)
+        raise refusal(unsupported_dtype(torch.complex32))
     return lax.complex(*jnp.broadcast_arrays(real, imag))
 
 

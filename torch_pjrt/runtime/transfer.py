@@ -42,11 +42,16 @@ def jax_dtype(dtype: torch.dtype):
     try:
         return TORCH_TO_JAX[dtype]
     except KeyError:
-        raise TypeError(
-            f"dtype {dtype} is not supported on pjrt devices (platform "
-            f"'{platform.current_platform()}'); supported: "
-            f"{', '.join(str(d).replace('torch.', '') for d in TORCH_TO_JAX)}"
-        ) from None
+        raise unsupported_dtype(dtype) from None
+
+
+def unsupported_dtype(dtype: torch.dtype) -> TypeError:
+    """The error of a dtype pjrt tensors cannot hold, naming those they can."""
+    return TypeError(
+        f"dtype {dtype} is not supported on pjrt devices (platform "
+        f"'{platform.current_platform()}'); supported: "
+        f"{', '.join(str(d).replace('torch.', '') for d in TORCH_TO_JAX)}"
+    )
 
 
 def torch_dtype(dtype) -> torch.dtype:
