@@ -386,6 +386,16 @@ _REFUSED = {
     "gt complex": lambda d: torch.ones(2, dtype=torch.cfloat, device=d) > 0,
     "softmax complex": lambda d: torch.ones(2, dtype=torch.cfloat, device=d).softmax(0),
     "signbit complex": lambda d: torch.ones(2, dtype=torch.cfloat, device=d).signbit(),
+    # (integer images the CPU has no resampling kernel for: pjrt computed)
+    "interpolate bilinear int32": lambda d: F.interpolate(
+        torch.ones(1, 3, 4, 4, dtype=torch.int32, device=d), scale_factor=2, mode="bilinear"
+    ),
+    "interpolate linear uint8": lambda d: F.interpolate(
+        torch.ones(1, 3, 4, dtype=torch.uint8, device=d), scale_factor=2, mode="linear"
+    ),
+    "interpolate area int64": lambda d: F.interpolate(
+        torch.ones(1, 3, 4, 4, dtype=torch.int64, device=d), size=2, mode="area"
+    ),
     "unique complex": lambda d: torch.unique(torch.ones(2, dtype=torch.cfloat, device=d)),
     "unique dim complex": lambda d: torch.unique(
         torch.ones(2, dtype=torch.cfloat, device=d), dim=0
@@ -414,9 +424,11 @@ def test_refusals_in_the_cpus_words(case, mode):
         assert _refusal(_REFUSED[case], "pjrt") == want
 
 
-@pytest.mark.parametrize("case", ["max complex", "sort complex", "clamp complex", "gt complex"])
-def test_complex_refusals_in_compiled_graphs(case):
-    """A compiled graph refuses complex arguments the CPU kernel refuses, as eager calls
+@pytest.mark.parametrize(
+    "case", ["max complex", "sort complex", "clamp complex", "gt complex", "interpolate area int64"]
+)
+def test_dtype_refusals_in_compiled_graphs(case):
+    """A compiled graph refuses dtypes the CPU kernel has no instance for, as eager calls
     do (the graph's node runs once on CPU stand-ins when it is compiled)."""
     torch._dynamo.reset()
     want = _refusal(_REFUSED[case], "cpu")

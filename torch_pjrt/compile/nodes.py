@@ -21,7 +21,7 @@ from torch_pjrt.ops.registry import (
     HostCheck,
     Lowering,
     Signature,
-    graph_complex_refusal,
+    graph_dtype_refusal,
     graph_lookup,
     lookup,
     refusal,
@@ -156,8 +156,8 @@ class Call:
         vals = self.sig.values(args, kwargs)
         if self.host_check is not None:
             self.host_check(vals)
-        # (complex arguments the CPU kernel refuses, which eager calls check too)
-        error = graph_complex_refusal(self.sig, vals)
+        # (dtypes the CPU kernel has no instance for, which eager calls check too)
+        error = graph_dtype_refusal(self.sig, vals)
         if error is not None:
             raise refusal(error)
         for i in self.scalars:

@@ -533,15 +533,16 @@ class Kernel:
         each signature is checked once, and no program runs on arguments PyTorch
         refuses). Raises PyTorch's exception, as a :func:`refusal`.
 
-        Complex arguments are run once more on CPU stand-ins: the Meta kernel accepts
-        complex numbers where the CPU kernel has none (``max``, ``sort``, ``clamp``,
-        ``softmax``), and XLA computes them (ordering by the real part).
+        Complex arguments, and integer or bool ones first, are run once more on CPU
+        stand-ins (:func:`_dtype_refusal`): the Meta kernel accepts dtypes the CPU kernel
+        has no instance for (complex ``max``, ``sort``, ``clamp``, ``softmax``; integer
+        ``interpolate``), and XLA computes them.
 
         NOTE: at the end of the trace: the lowering's own checks, in the CPU's words
         where the Meta kernel's differ, come first."""
         error = meta_error(self.op, args, kwargs)
-        if error is None and _holds_complex(args, kwargs):
-            error = _complex_refusal(self.op, args, kwargs)
+        if error is None and _may_lack_a_kernel(_tensor_dtypes((args, kwargs))):
+            error = _dtype_refusal(self.op, args, kwargs)
         if error is not None:
             raise refusal(error)
 
@@ -751,34 +752,47 @@ def _refuses_complex(exc: Exception | None) -> bool:
     return exc is not None and "complex" in str(exc).lower()
 
 
-def _holds_complex(args, kwargs) -> bool:
-    def complex_tensor(x) -> bool:
-        if isinstance(x, torch.Tensor):
-            return x.is_complex()
-        return isinstance(x, (list, tuple)) and any(complex_tensor(v) for v in x)
+def _tensor_dtypes(x) -> list:
+    """The dtypes of the tensors in ``x`` (nested lists, tuples and dicts), in order."""
+    if isinstance(x, torch.Tensor):
+        return [x.dtype]
+    if isinstance(x, dict):
+        x = list(x.values())
+    if isinstance(x, (list, tuple)):
+        return [d for v in x for d in _tensor_dtypes(v)]
+    return []
 
-    return any(complex_tensor(v) for v in (*args, *kwargs.values()))
+
+def _may_lack_a_kernel(dtypes: list) -> bool:
+    """Whether a call's tensors are of dtypes CPU kernels often have no instance for: a
+    complex one anywhere, an integer or bool one first (the input)."""
+    return any(d.is_complex for d in dtypes) or bool(dtypes) and not dtypes[0].is_floating_point
 
 
-def _complex_refusal(op: OpOverload, args, kwargs) -> Exception | None:
-    """The CPU's refusal of complex arguments (its message names complex numbers:
-    ``"max_all" not implemented for 'ComplexFloat'``, "clamp is not supported for complex
-    types"), or None."""
+def _lacks_a_kernel(exc: Exception | None) -> bool:
+    """Whether ``exc`` is a CPU kernel's refusal of a dtype: "\"max_all\" not implemented
+    for 'ComplexFloat'", "clamp is not supported for complex types"."""
+    return exc is not None and (_no_kernel_for_dtype(exc) or _refuses_complex(exc))
+
+
+def _dtype_refusal(op: OpOverload, args, kwargs) -> Exception | None:
+    """The CPU kernel's refusal of the arguments' dtypes, run on stand-ins of them, or
+    None."""
     _, cpu_exc = _cpu_error(op, args, kwargs)
-    return cpu_exc if _refuses_complex(cpu_exc) else None
+    return cpu_exc if _lacks_a_kernel(cpu_exc) else None
 
 
-def graph_complex_refusal(sig: Signature, vals) -> Exception | None:
-    """:func:`_complex_refusal` of a compiled graph's node, whose arguments ``vals`` (in
+def graph_dtype_refusal(sig: Signature, vals) -> Exception | None:
+    """:func:`_dtype_refusal` of a compiled graph's node, whose arguments ``vals`` (in
     schema order) are JAX values: CPU zeros of their shapes and dtypes stand in for
     arrays, 0 for a traced number, the CPU for a device."""
 
-    def is_complex(v) -> bool:
+    def dtypes(v) -> list:
         if isinstance(v, (list, tuple)):
-            return any(is_complex(x) for x in v)
-        return isinstance(v, jax.Array) and jax.numpy.iscomplexobj(v)
+            return [d for x in v for d in dtypes(x)]
+        return [torch_dtype(v.dtype)] if isinstance(v, jax.Array) else []
 
-    if not any(is_complex(vals[i]) for i in sig.arrays):
+    if not _may_lack_a_kernel([d for i in sig.arrays for d in dtypes(vals[i])]):
         return None
 
     def stand_in(v):
@@ -796,7 +810,7 @@ def graph_complex_refusal(sig: Signature, vals) -> Exception | None:
     args = [v for v, a in zip(cpu, schema) if not a.kwarg_only]
     kwargs = {a.name: v for v, a in zip(cpu, schema) if a.kwarg_only}
     exc = _raised(sig.op, args, kwargs)
-    return exc if _refuses_complex(exc) else None
+    return exc if _lacks_a_kernel(exc) else None
 
 
 def _cpu_refusal(op: OpOverload, args, kwargs, exc: Exception) -> Exception | None:
@@ -808,7 +822,7 @@ def _cpu_refusal(op: OpOverload, args, kwargs, exc: Exception) -> Exception | No
     _, cpu_exc = _cpu_error(op, args, kwargs)
     if cpu_exc is None:
         return None
-    if _no_kernel_for_dtype(cpu_exc) or _refuses_complex(cpu_exc) or "dtype" in str(exc):
+    if _lacks_a_kernel(cpu_exc) or "dtype" in str(exc):
         return cpu_exc
     return None
 
