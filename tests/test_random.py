@@ -411,3 +411,25 @@ def test_bad_arguments_raise_pytorchs_error(call, message):
         call(x)
     with pytest.raises(RuntimeError, match=message):
         call(x.cpu())
+
+
+@pytest.mark.parametrize("mode", ["eager", "fused", "compiled"])
+def test_pjrt_random_ops_leave_the_cpu_generator_alone(mode):
+    """Random ops on pjrt tensors draw from pjrt's generator only: the CPU's stream is the
+    same after them (a CPU stand-in run of an integer op's first call would have drawn
+    from it)."""
+    torch.manual_seed(0)
+    want = torch.rand(3)
+
+    def draw(x):
+        return x.random_(0, 10) + torch.randint_like(x, 5) + torch.bernoulli(x.float() / 10).long()
+
+    torch.manual_seed(0)
+    x = torch.zeros(4, dtype=torch.int64, device="pjrt")
+    if mode == "compiled":
+        torch._dynamo.reset()
+        torch.compile(draw, backend="pjrt")(x).cpu()
+    else:
+        with torch_pjrt.mode(mode):
+            draw(x).cpu()
+    assert torch.equal(torch.rand(3), want)

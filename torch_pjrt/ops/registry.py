@@ -541,7 +541,9 @@ class Kernel:
         NOTE: at the end of the trace: the lowering's own checks, in the CPU's words
         where the Meta kernel's differ, come first."""
         error = meta_error(self.op, args, kwargs)
-        if error is None and _may_lack_a_kernel(_tensor_dtypes((args, kwargs))):
+        # (not random ops: a CPU run would draw from the CPU's default generator)
+        dtypes = _tensor_dtypes((args, kwargs))
+        if error is None and not self.lowering.random and _may_lack_a_kernel(dtypes):
             error = _dtype_refusal(self.op, args, kwargs)
         if error is not None:
             raise refusal(error)
@@ -785,7 +787,8 @@ def _dtype_refusal(op: OpOverload, args, kwargs) -> Exception | None:
 def graph_dtype_refusal(sig: Signature, vals) -> Exception | None:
     """:func:`_dtype_refusal` of a compiled graph's node, whose arguments ``vals`` (in
     schema order) are JAX values: CPU zeros of their shapes and dtypes stand in for
-    arrays, 0 for a traced number, the CPU for a device."""
+    arrays (up to ``CPU_WORDS_LIMIT`` elements), 0 for a traced number, the CPU for a
+    device. Not called for random ops."""
 
     def dtypes(v) -> list:
         if isinstance(v, (list, tuple)):
@@ -794,6 +797,14 @@ def graph_dtype_refusal(sig: Signature, vals) -> Exception | None:
 
     if not _may_lack_a_kernel([d for i in sig.arrays for d in dtypes(vals[i])]):
         return None
+
+    def size(v) -> int:
+        if isinstance(v, (list, tuple)):
+            return sum(size(x) for x in v)
+        return v.size if isinstance(v, jax.Array) else 0
+
+    if sum(size(vals[i]) for i in sig.arrays) > CPU_WORDS_LIMIT:
+        return None  # (too big to stand in for)
 
     def stand_in(v):
         if isinstance(v, (list, tuple)):
