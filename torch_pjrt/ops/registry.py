@@ -787,8 +787,8 @@ def _dtype_refusal(op: OpOverload, args, kwargs) -> Exception | None:
 def graph_dtype_refusal(sig: Signature, vals) -> Exception | None:
     """:func:`_dtype_refusal` of a compiled graph's node, whose arguments ``vals`` (in
     schema order) are JAX values: CPU zeros of their shapes and dtypes stand in for
-    arrays (up to ``CPU_WORDS_LIMIT`` elements), 0 for a traced number, the CPU for a
-    device. Not called for random ops."""
+    arrays (up to ``CPU_WORDS_LIMIT`` elements, of known shapes), 0 for a traced number,
+    the CPU for a device. Not called for random ops."""
 
     def dtypes(v) -> list:
         if isinstance(v, (list, tuple)):
@@ -801,10 +801,14 @@ def graph_dtype_refusal(sig: Signature, vals) -> Exception | None:
     def size(v) -> int:
         if isinstance(v, (list, tuple)):
             return sum(size(x) for x in v)
-        return v.size if isinstance(v, jax.Array) else 0
+        if not isinstance(v, jax.Array):
+            return 0
+        if not all(isinstance(n, int) for n in v.shape):  # (a symbolic shape: an export's)
+            return CPU_WORDS_LIMIT + 1
+        return v.size
 
     if sum(size(vals[i]) for i in sig.arrays) > CPU_WORDS_LIMIT:
-        return None  # (too big to stand in for)
+        return None  # (too big to stand in for, or of no known size)
 
     def stand_in(v):
         if isinstance(v, (list, tuple)):
